@@ -53,10 +53,12 @@ void nvfp4_dequantize_row(const uint8_t* codes_row, const uint8_t* scales_row, f
                           int64_t cols, float* out);
 
 // ---- activations (W4A4 oracle, §3.5) --------------------------------------------------------
-// Quantize one activation row x[cols] to NVFP4 with the checkpoint's input_scale (dequant
-// direction S_x; G = 1/S_x): per block SF = e4m3(G·amax_b/6), codes = e2m1(x · G / SF) with exact
-// fp32 division (SF == 0 → all codes 0). The row dequantizes to code·SF/G.
-void nvfp4_quantize_activation_row(const float* x, int64_t cols, float input_scale,
+// Quantize one activation row x[cols] to NVFP4 with the quant-direction global scale G
+// (vLLM's input_global_scale_inv: 1/input_scale for ModelOpt, input_global_scale for CT):
+// per block SF = e4m3(G·(amax_b/6)) (saturating), codes = e2m1_encode(x · (G / SF)) computed as
+// x / (SF / G) with exact fp32 division (SF == 0 → all codes 0 / 0x8 for −0). The row dequantizes
+// to e2m1(code)·SF/G.
+void nvfp4_quantize_activation_row(const float* x, int64_t cols, float global_quant,
                                    uint8_t* codes, uint8_t* scales);
 
 // ---- 128x4 scale swizzle (§5) -------------------------------------------------------------
