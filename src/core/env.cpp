@@ -55,4 +55,14 @@ int64_t env_int(const char* name, int64_t def) {
     return int64_t(x);
 }
 
+std::string cache_dir() {
+    std::string d = env_str("TETRA_CACHE_DIR");
+    if (!d.empty()) return d;
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    if (xdg && *xdg) return std::string(xdg) + "/tetra";
+    const char* home = std::getenv("HOME");
+    TETRA_CHECK(home && *home, "cannot locate a cache directory: set TETRA_CACHE_DIR or HOME");
+    return std::string(home) + "/.cache/tetra";
+}
+
 }  // namespace tetra

@@ -17,4 +17,8 @@ void env_validate();
 std::string env_str(const char* name, const std::string& def = "");
 int64_t env_int(const char* name, int64_t def);  // throws if set but not an integer
 
+// $TETRA_CACHE_DIR, else $XDG_CACHE_HOME/tetra, else $HOME/.cache/tetra. Prepared models live in
+// <cache_dir>/models/<name> (e.g. SmolLM2-135M-Instruct, SmolLM2-135M-Instruct-NVFP4).
+std::string cache_dir();
+
 }  // namespace tetra
