@@ -1,0 +1,142 @@
+#include "model/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tetra {
+
+using json = nlohmann::json;
+
+const std::vector<std::string>& supported_architectures() {
+    static const std::vector<std::string> k = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    return k;
+}
+
+namespace {
+
+int64_t get_int(const json& j, const char* key, const std::string& path, int64_t def, bool required) {
+    if (!j.contains(key) || j[key].is_null()) {
+        TETRA_CHECK(!required, "%s: missing required field '%s'", path.c_str(), key);
+        return def;
+    }
+    TETRA_CHECK(j[key].is_number_integer(), "%s: field '%s' must be an integer, got %s", path.c_str(), key,
+                j[key].dump().c_str());
+    int64_t v = j[key].get<int64_t>();
+    TETRA_CHECK(v > 0, "%s: field '%s' must be positive, got %lld", path.c_str(), key, (long long)v);
+    return v;
+}
+
+float get_float(const json& j, const char* key, const std::string& path, float def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    TETRA_CHECK(j[key].is_number(), "%s: field '%s' must be a number, got %s", path.c_str(), key,
+                j[key].dump().c_str());
+    return j[key].get<float>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& path, bool def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    TETRA_CHECK(j[key].is_boolean(), "%s: field '%s' must be true or false, got %s", path.c_str(), key,
+                j[key].dump().c_str());
+    return j[key].get<bool>();
+}
+
+void parse_rope(const json& j, const std::string& path, rope_config* rope) {
+    rope->theta = get_float(j, "rope_theta", path, 10000.0f);
+    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
+    const json& s = j["rope_scaling"];
+    TETRA_CHECK(s.is_object(), "%s: field 'rope_scaling' must be an object or null", path.c_str());
+    std::string type = s.value("rope_type", s.value("type", std::string()));
+    if (type == "default" || type.empty()) return;
+    TETRA_CHECK(type == "llama3", "%s: rope_scaling type '%s' is not supported (supported: llama3, default)",
+                path.c_str(), type.c_str());
+    rope->type = type;
+    rope->factor = get_float(s, "factor", path + " rope_scaling", 8.0f);
+    rope->low_freq_factor = get_float(s, "low_freq_factor", path + " rope_scaling", 1.0f);
+    rope->high_freq_factor = get_float(s, "high_freq_factor", path + " rope_scaling", 4.0f);
+    rope->original_max_position = get_int(s, "original_max_position_embeddings", path + " rope_scaling", 8192, false);
+}
+
+void parse_eos(const json& j, model_config* c) {
+    if (j.contains("eos_token_id")) {
+        const json& e = j["eos_token_id"];
+        if (e.is_number_integer()) c->eos_token_ids.push_back(e.get<int32_t>());
+        else if (e.is_array())
+            for (const auto& x : e)
+                if (x.is_number_integer()) c->eos_token_ids.push_back(x.get<int32_t>());
+    }
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c->bos_token_id = j["bos_token_id"].get<int32_t>();
+}
+
+}  // namespace
+
+model_config parse_model_config(const std::string& text, const std::string& path) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        TETRA_FAIL("%s: invalid JSON: %s", path.c_str(), e.what());
+    }
+    TETRA_CHECK(j.is_object(), "%s: expected a JSON object at top level", path.c_str());
+    model_config c;
+    c.path = path;
+    TETRA_CHECK(j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+                    j["architectures"][0].is_string(),
+                "%s: missing field 'architectures' (a list naming the model class)", path.c_str());
+    c.architecture = j["architectures"][0].get<std::string>();
+    bool known = false;
+    std::string list;
+    for (const auto& a : supported_architectures()) {
+        known |= a == c.architecture;
+        list += (list.empty() ? "" : ", ") + a;
+    }
+    TETRA_CHECK(known, "%s: architecture '%s' is not supported (supported: %s)", path.c_str(),
+                c.architecture.c_str(), list.c_str());
+    c.model_type = j.value("model_type", std::string());
+    c.n_embd = get_int(j, "hidden_size", path, 0, true);
+    c.n_ff = get_int(j, "intermediate_size", path, 0, true);
+    c.n_head = get_int(j, "num_attention_heads", path, 0, true);
+    c.n_head_kv = get_int(j, "num_key_value_heads", path, c.n_head, false);
+    c.n_layer = get_int(j, "num_hidden_layers", path, 0, true);
+    c.n_vocab = get_int(j, "vocab_size", path, 0, true);
+    c.max_position = get_int(j, "max_position_embeddings", path, 4096, false);
+    TETRA_CHECK(c.n_embd % c.n_head == 0 || j.contains("head_dim"),
+                "%s: hidden_size %lld is not divisible by num_attention_heads %lld and head_dim is not given",
+                path.c_str(), (long long)c.n_embd, (long long)c.n_head);
+    c.head_dim = get_int(j, "head_dim", path, c.n_embd / c.n_head, false);
+    TETRA_CHECK(c.n_head % c.n_head_kv == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+                path.c_str(), (long long)c.n_head, (long long)c.n_head_kv);
+    TETRA_CHECK(c.head_dim % 2 == 0, "%s: head_dim %lld must be even for rotary embeddings", path.c_str(),
+                (long long)c.head_dim);
+    c.rms_norm_eps = get_float(j, "rms_norm_eps", path, 1e-6f);
+    parse_rope(j, path, &c.rope);
+    c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", path, false);
+    bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+    c.attention_bias = qwen2 || get_bool(j, "attention_bias", path, false);
+    c.qk_norm = c.architecture == "Qwen3ForCausalLM";
+    std::string act = j.value("hidden_act", std::string("silu"));
+    TETRA_CHECK(act == "silu", "%s: hidden_act '%s' is not supported (supported: silu)", path.c_str(), act.c_str());
+    c.torch_dtype = j.value("torch_dtype", j.value("dtype", std::string()));
+    parse_eos(j, &c);
+    return c;
+}
+
+model_config load_model_config(const std::string& dir) {
+    std::string path = dir + "/config.json";
+    std::ifstream f(path);
+    TETRA_CHECK(f.good(), "%s: cannot open (is '%s' an HF model directory?)", path.c_str(), dir.c_str());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return parse_model_config(ss.str(), path);
+}
+
+std::string model_config::summary() const {
+    return strfmt("%s: %lld layers, n_embd %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, n_vocab %lld%s",
+                  architecture.c_str(), (long long)n_layer, (long long)n_embd, (long long)n_ff, (long long)n_head,
+                  (long long)n_head_kv, (long long)head_dim, (long long)n_vocab,
+                  tie_word_embeddings ? ", tied embeddings" : "");
+}
+
+}  // namespace tetra

@@ -1,0 +1,43 @@
+// model_config: the architecture hyper-parameters read from an HF config.json, validated once.
+// Supported architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Errors name the
+// file and the field with expected vs actual.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tetra {
+
+struct rope_config {
+    float theta = 10000.0f;
+    // rope_scaling {rope_type: "llama3", factor, low_freq_factor, high_freq_factor,
+    // original_max_position_embeddings}; type "" = none.
+    std::string type;
+    float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+    int64_t original_max_position = 8192;
+};
+
+struct model_config {
+    std::string path;          // the config.json it came from
+    std::string architecture;  // "LlamaForCausalLM", ...
+    std::string model_type;    // "llama", "qwen2", "qwen3"
+    int64_t n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_layer = 0, n_vocab = 0;
+    int64_t max_position = 0;
+    float rms_norm_eps = 1e-6f;
+    rope_config rope;
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;  // q/k/v biases (Qwen2 always; Llama/Qwen3 if attention_bias)
+    bool qk_norm = false;         // per-head RMSNorm on q and k before rope (Qwen3)
+    std::vector<int32_t> eos_token_ids;  // from config.json (generation_config.json may add more)
+    int32_t bos_token_id = -1;
+    std::string torch_dtype;
+
+    std::string summary() const;  // one line: arch, layers, dims
+};
+
+model_config load_model_config(const std::string& model_dir);
+model_config parse_model_config(const std::string& json_text, const std::string& path);
+
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace tetra
