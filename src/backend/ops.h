@@ -1,0 +1,55 @@
+// Argument structs of every op, as kernels receive them (registry name in the comment). The op
+// wrappers in backend.cpp validate shapes, dtypes and devices before any kernel sees these, so
+// kernels may assume the documented shapes; accepts() only rejects what a kernel cannot handle.
+#pragma once
+#include "backend/backend.h"
+#include "backend/registry.h"
+
+namespace tetra {
+
+// "get_rows" (embedding too). src: [n_rows, n] f32|bf16|f16; ids: i32 [m]; out: [m, n] act
+struct get_rows_args : op_args { tensor src, ids, out; };
+
+// "rms_norm". x: [n_rows, n] act; w: [n] f32|bf16|f16; out: [n_rows, n] act (may alias x)
+struct rms_norm_args : op_args { tensor x, w, out; float eps = 1e-6f; };
+
+// "add_rms_norm". residual: [n_rows, n] act (in/out); x, out: [n_rows, n] act; w: [n]
+struct add_rms_norm_args : op_args { tensor residual, x, w, out; float eps = 1e-6f; };
+
+// "rope". q: [n_tokens, n_head, head_dim] act; k: [n_tokens, n_head_kv, head_dim] act (in place);
+// positions: i32 [n_tokens]; inv_freq: f32 [n_rot/2]
+struct rope_args : op_args { tensor q, k, positions, inv_freq; };
+
+// "kv_store". k, v: [n_tokens, n_head_kv, head_dim] act; caches: [n_blocks, block_size,
+// n_head_kv, head_dim] f32|bf16; slot_mapping: i32 [n_tokens]
+struct kv_store_args : op_args { tensor k, v, k_cache, v_cache, slot_mapping; };
+
+// "attention". q: [n_tokens, n_head, head_dim] act; out: [n_tokens, n_head·head_dim] act
+struct attention_args : op_args {
+    tensor q, k_cache, v_cache, out;
+    attn_metadata meta;
+    float scale = 1.0f;
+    int sliding_window = 0;
+};
+
+// "matmul_dense" | "matmul_nvfp4_w4a16" | "matmul_nvfp4_w4a4".
+// x: [M, K] act; w: [N, K] (prepared for this backend); out: [M, N] act
+struct matmul_args : op_args {
+    tensor x, out;
+    const linear_weight* w = nullptr;
+    int64_t m = 0, n = 0, k = 0;
+};
+
+// "silu_mul". gate, up, out: [n_rows, n_ff] act (flattened: numel)
+struct silu_mul_args : op_args { tensor gate, up, out; };
+
+// "add". a, b, out: same shape act (flattened: numel)
+struct add_args : op_args { tensor a, b, out; };
+
+// "argmax". x: [n_rows, n] act; out: i32 [n_rows]
+struct argmax_args : op_args { tensor x, out; };
+
+// "cast". src, out: same numel, f32|bf16|f16 each
+struct cast_args : op_args { tensor src, out; };
+
+}  // namespace tetra
