@@ -11,7 +11,7 @@ namespace tetra {
 using json = nlohmann::json;
 
 const std::vector<std::string>& supported_architectures() {
-    static const std::vector<std::string> k = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    static const std::vector<std::string> k = {"LlamaForCausalLM", "Qwen3ForCausalLM"};
     return k;
 }
 

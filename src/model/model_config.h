@@ -1,5 +1,5 @@
 // model_config: the architecture hyper-parameters read from an HF config.json, validated once.
-// Supported architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Errors name the
+// Supported architectures: LlamaForCausalLM, Qwen3ForCausalLM (Qwen2 needs q/k/v biases: not yet). Errors name the
 // file and the field with expected vs actual.
 #pragma once
 #include <cstdint>

@@ -44,11 +44,11 @@ TEST(model_config, qwen3_explicit_head_dim_and_qk_norm) {
     EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{151645});
 }
 
-TEST(model_config, qwen2_has_qkv_bias) {
-    auto c = parse_model_config(R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":896,"intermediate_size":4864,
-        "num_attention_heads":14,"num_key_value_heads":2,"num_hidden_layers":24,"vocab_size":151936})", "x");
-    EXPECT_TRUE(c.attention_bias);
-    EXPECT_EQ(c.head_dim, 64);
+TEST(model_config, qwen2_is_refused_until_biases_exist) {
+    std::string e = err_of(R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":896,"intermediate_size":4864,
+        "num_attention_heads":14,"num_key_value_heads":2,"num_hidden_layers":24,"vocab_size":151936})");
+    EXPECT_NE(e.find("'Qwen2ForCausalLM' is not supported"), std::string::npos);
+    EXPECT_NE(e.find("LlamaForCausalLM, Qwen3ForCausalLM"), std::string::npos);
 }
 
 TEST(model_config, errors_name_file_and_field) {

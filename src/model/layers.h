@@ -1,0 +1,33 @@
+// Shared blocks of the dense decoder-only transformers (Llama, Qwen3): pre-norm attention with
+// GQA + RoPE (+ optional per-head qk-norm) and a SwiGLU MLP. Architecture files only say which
+// tensors exist and which flags apply; the forward lives here, written once.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace tetra {
+
+struct decoder_layer_weights {
+    tensor attn_norm, ffn_norm;   // [n_embd]
+    tensor q_norm, k_norm;        // [head_dim] (qk-norm only)
+    linear_weight q, k, v, o;     // [n_head·head_dim, n_embd], [n_head_kv·head_dim, n_embd] ×2, [n_embd, n_head·head_dim]
+    linear_weight gate, up, down; // [n_ff, n_embd] ×2, [n_embd, n_ff]
+};
+
+struct decoder_weights {
+    tensor embed;                 // [n_vocab, n_embd]
+    std::vector<decoder_layer_weights> layers;
+    tensor norm;                  // [n_embd]
+    linear_weight lm_head;        // [n_vocab, n_embd] (the embedding when tied)
+};
+
+// Reads HF-named tensors ("model.layers.{il}.self_attn.q_proj", ...) for a Llama-family model,
+// checks every shape against the config, and prepares them on the backend.
+decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be);
+
+std::unique_ptr<causal_lm> make_dense_decoder(const model_config& c, decoder_weights w, backend& be,
+                                              const model_options& opt);
+
+}  // namespace tetra
