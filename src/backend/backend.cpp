@@ -1,0 +1,326 @@
+// Op wrappers of the backend interface: validate every argument once (shapes, dtypes, device),
+// fill the op's args struct and launch the kernel the registry selects. Also tensor views and
+// the HF-exact rope inverse frequencies.
+#include "backend/backend.h"
+
+#include <cmath>
+#include <initializer_list>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace tetra {
+
+tensor tensor_reshape(const tensor& t, std::vector<int64_t> shape) {
+    tensor v = t;
+    v.shape = std::move(shape);
+    TETRA_CHECK(v.numel() == t.numel(), "tensor_reshape: %s has %lld elements; new shape %s has %lld",
+                t.shape_str().c_str(), (long long)t.numel(), v.shape_str().c_str(), (long long)v.numel());
+    return v;
+}
+
+tensor tensor_rows(const tensor& t, int64_t row0, int64_t n_rows) {
+    TETRA_CHECK(t.rank() >= 1 && row0 >= 0 && n_rows >= 0 && row0 + n_rows <= t.dim(0),
+                "tensor_rows: rows [%lld, %lld) out of range for %s", (long long)row0,
+                (long long)(row0 + n_rows), t.shape_str().c_str());
+    tensor v = t;
+    int64_t row_elems = t.dim(0) ? t.numel() / t.dim(0) : 0;
+    v.shape[0] = n_rows;
+    v.data = static_cast<char*>(t.data) + size_t(row0 * row_elems) * dtype_size(t.type);
+    return v;
+}
+
+const char* matmul_mode_name(matmul_mode m) {
+    switch (m) {
+        case matmul_mode::AUTO: return "auto";
+        case matmul_mode::DENSE: return "dense";
+        case matmul_mode::W4A16: return "w4a16";
+        case matmul_mode::W4A4: return "w4a4";
+    }
+    return "?";
+}
+
+// HF transformers computes these in f32 torch ops; each step below is one f32 op in the same
+// order (Python scalars become f32 operands; `s / t` on a tensor is reciprocal(t) · s). pow is
+// evaluated in double and rounded, so it may differ from torch's powf by an ulp.
+tensor rope_inv_freq(const rope_params& p, int64_t head_dim) {
+    int64_t dim = p.n_rot ? p.n_rot : head_dim;
+    TETRA_CHECK(dim > 0 && dim % 2 == 0 && dim <= head_dim,
+                "rope: rotary dims %lld must be even and in (0, head_dim=%lld]", (long long)dim, (long long)head_dim);
+    TETRA_CHECK(p.theta > 0, "rope: rope_theta must be > 0, got %g", double(p.theta));
+    tensor out = tensor::alloc(dtype::F32, {dim / 2});
+    float* f = out.ptr<float>();
+    for (int64_t i = 0; i < dim / 2; ++i) {
+        float e = float(2 * i) / float(dim);
+        float b = float(std::pow(double(p.theta), double(e)));
+        f[i] = 1.0f / b;
+    }
+    if (p.scaling == rope_scaling_type::LLAMA3) {
+        TETRA_CHECK(p.factor > 0 && p.high_freq_factor != p.low_freq_factor && p.low_freq_factor > 0 &&
+                        p.high_freq_factor > 0 && p.original_max_position_embeddings > 0,
+                    "rope llama3 scaling: invalid parameters factor=%g low_freq_factor=%g high_freq_factor=%g "
+                    "original_max_position_embeddings=%lld",
+                    double(p.factor), double(p.low_freq_factor), double(p.high_freq_factor),
+                    (long long)p.original_max_position_embeddings);
+        double old_ctx = double(p.original_max_position_embeddings);
+        float low_wl = float(old_ctx / p.low_freq_factor), high_wl = float(old_ctx / p.high_freq_factor);
+        float two_pi = float(2 * M_PI), factor = p.factor, f_old = float(old_ctx);
+        float lo = p.low_freq_factor, span = float(double(p.high_freq_factor) - double(p.low_freq_factor));
+        for (int64_t i = 0; i < dim / 2; ++i) {
+            float inv = f[i];
+            float wavelen = (1.0f / inv) * two_pi;
+            float llama = wavelen > low_wl ? inv / factor : inv;
+            float smooth = ((1.0f / wavelen) * f_old - lo) / span;
+            float smoothed = (1.0f - smooth) * llama / factor + smooth * llama;
+            bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
+            f[i] = medium ? smoothed : llama;
+        }
+    }
+    return out;
+}
+
+// ---- validation helpers ----------------------------------------------------------------------
+
+static bool is_float_act(dtype t) { return t == dtype::F32 || t == dtype::BF16 || t == dtype::F16; }
+
+static void check_on(const backend& b, const tensor& t, const char* op, const char* name) {
+    TETRA_CHECK(t.device == b.device().kind, "%s: tensor '%s' %s lives on %s; the backend runs on %s", op, name,
+                t.shape_str().c_str(), t.device == device_kind::CPU ? "cpu" : "cuda",
+                b.device().kind == device_kind::CPU ? "cpu" : "cuda");
+    TETRA_CHECK(t.data != nullptr || t.numel() == 0, "%s: tensor '%s' %s has no data", op, name,
+                t.shape_str().c_str());
+}
+
+static void check_act(const tensor& t, const char* op, const char* name) {
+    TETRA_CHECK(is_float_act(t.type), "%s: '%s' has dtype %s; expected f32|bf16|f16", op, name, dtype_name(t.type));
+}
+
+static void check_dtype(const tensor& t, dtype want, const char* op, const char* name) {
+    TETRA_CHECK(t.type == want, "%s: '%s' has dtype %s; expected %s", op, name, dtype_name(t.type), dtype_name(want));
+}
+
+static void check_shape(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name) {
+    TETRA_CHECK(t.shape == want, "%s: '%s' has shape %s; expected %s", op, name, t.shape_str().c_str(),
+                shape_str(want).c_str());
+}
+
+static void check_rank(const tensor& t, int rank, const char* op, const char* name) {
+    TETRA_CHECK(t.rank() == rank, "%s: '%s' has shape %s; expected rank %d", op, name, t.shape_str().c_str(), rank);
+}
+
+static int64_t ptr_align(std::initializer_list<const tensor*> ts) {
+    uintptr_t bits = 256;
+    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
+    return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256
+}
+
+static void run(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
+    a.align = ptr_align(ts);
+    kernel_registry::instance().select(op, b.device(), a).launch(b, a);
+}
+
+// ---- ops ---------------------------------------------------------------------------------------
+
+void backend::embedding(const tensor& table, const tensor& ids, const tensor& out) { get_rows(table, ids, out); }
+
+void backend::get_rows(const tensor& src, const tensor& ids, const tensor& out) {
+    const char* op = "get_rows";
+    check_on(*this, src, op, "src"), check_on(*this, ids, op, "ids"), check_on(*this, out, op, "out");
+    check_rank(src, 2, op, "src"), check_act(src, op, "src");
+    check_rank(ids, 1, op, "ids"), check_dtype(ids, dtype::I32, op, "ids");
+    check_act(out, op, "out"), check_shape(out, {ids.dim(0), src.dim(1)}, op, "out");
+    get_rows_args a;
+    a.act = out.type, a.src = src, a.ids = ids, a.out = out;
+    run(*this, op, a, {&src, &ids, &out});
+}
+
+static int64_t last_dim(const tensor& t) { return t.rank() ? t.dim(-1) : 0; }
+
+void backend::rms_norm(const tensor& x, const tensor& w, float eps, const tensor& out) {
+    const char* op = "rms_norm";
+    check_on(*this, x, op, "x"), check_on(*this, w, op, "w"), check_on(*this, out, op, "out");
+    check_act(x, op, "x"), check_act(w, op, "w"), check_dtype(out, x.type, op, "out");
+    TETRA_CHECK(x.rank() >= 1, "%s: 'x' must have rank >= 1", op);
+    check_shape(w, {last_dim(x)}, op, "w"), check_shape(out, x.shape, op, "out");
+    rms_norm_args a;
+    a.act = x.type, a.x = x, a.w = w, a.out = out, a.eps = eps;
+    run(*this, op, a, {&x, &w, &out});
+}
+
+void backend::add_rms_norm(const tensor& residual, const tensor& x, const tensor& w, float eps, const tensor& out) {
+    const char* op = "add_rms_norm";
+    check_on(*this, residual, op, "residual"), check_on(*this, x, op, "x");
+    check_on(*this, w, op, "w"), check_on(*this, out, op, "out");
+    check_act(residual, op, "residual"), check_act(w, op, "w");
+    check_dtype(x, residual.type, op, "x"), check_dtype(out, residual.type, op, "out");
+    TETRA_CHECK(residual.rank() >= 1, "%s: 'residual' must have rank >= 1", op);
+    check_shape(x, residual.shape, op, "x"), check_shape(out, residual.shape, op, "out");
+    check_shape(w, {last_dim(residual)}, op, "w");
+    add_rms_norm_args a;
+    a.act = residual.type, a.residual = residual, a.x = x, a.w = w, a.out = out, a.eps = eps;
+    run(*this, op, a, {&residual, &x, &w, &out});
+}
+
+void backend::rope(const tensor& q, const tensor& k, const tensor& positions, const tensor& inv_freq) {
+    const char* op = "rope";
+    check_on(*this, q, op, "q"), check_on(*this, k, op, "k");
+    check_on(*this, positions, op, "positions"), check_on(*this, inv_freq, op, "inv_freq");
+    check_rank(q, 3, op, "q"), check_rank(k, 3, op, "k"), check_act(q, op, "q"), check_dtype(k, q.type, op, "k");
+    TETRA_CHECK(k.dim(0) == q.dim(0) && k.dim(2) == q.dim(2), "%s: q %s and k %s disagree on n_tokens/head_dim", op,
+                q.shape_str().c_str(), k.shape_str().c_str());
+    check_shape(positions, {q.dim(0)}, op, "positions"), check_dtype(positions, dtype::I32, op, "positions");
+    check_rank(inv_freq, 1, op, "inv_freq"), check_dtype(inv_freq, dtype::F32, op, "inv_freq");
+    TETRA_CHECK(inv_freq.dim(0) >= 1 && 2 * inv_freq.dim(0) <= q.dim(2),
+                "%s: inv_freq has %lld entries; expected 1..head_dim/2 = %lld", op, (long long)inv_freq.dim(0),
+                (long long)(q.dim(2) / 2));
+    rope_args a;
+    a.act = q.type, a.q = q, a.k = k, a.positions = positions, a.inv_freq = inv_freq;
+    run(*this, op, a, {&q, &k, &positions, &inv_freq});
+}
+
+void backend::kv_store(const tensor& k, const tensor& v, const tensor& k_cache, const tensor& v_cache,
+                       const tensor& slot_mapping) {
+    const char* op = "kv_store";
+    check_on(*this, k, op, "k"), check_on(*this, v, op, "v"), check_on(*this, k_cache, op, "k_cache");
+    check_on(*this, v_cache, op, "v_cache"), check_on(*this, slot_mapping, op, "slot_mapping");
+    check_rank(k, 3, op, "k"), check_act(k, op, "k"), check_dtype(v, k.type, op, "v"), check_shape(v, k.shape, op, "v");
+    check_rank(k_cache, 4, op, "k_cache"), check_act(k_cache, op, "k_cache");
+    check_dtype(v_cache, k_cache.type, op, "v_cache"), check_shape(v_cache, k_cache.shape, op, "v_cache");
+    TETRA_CHECK(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2),
+                "%s: k_cache %s does not match k %s in n_head_kv/head_dim", op, k_cache.shape_str().c_str(),
+                k.shape_str().c_str());
+    check_shape(slot_mapping, {k.dim(0)}, op, "slot_mapping"), check_dtype(slot_mapping, dtype::I32, op, "slot_mapping");
+    kv_store_args a;
+    a.act = k.type, a.k = k, a.v = v, a.k_cache = k_cache, a.v_cache = v_cache, a.slot_mapping = slot_mapping;
+    run(*this, op, a, {&k, &v, &k_cache, &v_cache, &slot_mapping});
+}
+
+void backend::attention(const tensor& q, const tensor& k_cache, const tensor& v_cache, const attn_metadata& meta,
+                        float scale, const tensor& out, int sliding_window) {
+    const char* op = "attention";
+    for (auto p : {std::make_pair(&q, "q"), {&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&out, "out"},
+                   {&meta.cu_seqlens_q, "cu_seqlens_q"}, {&meta.seq_lens_kv, "seq_lens_kv"},
+                   {&meta.positions, "positions"}, {&meta.block_tables, "block_tables"}})
+        check_on(*this, *p.first, op, p.second);
+    check_rank(q, 3, op, "q"), check_act(q, op, "q"), check_dtype(out, q.type, op, "out");
+    check_rank(k_cache, 4, op, "k_cache"), check_act(k_cache, op, "k_cache");
+    check_dtype(v_cache, k_cache.type, op, "v_cache"), check_shape(v_cache, k_cache.shape, op, "v_cache");
+    int64_t n_tokens = q.dim(0), n_head = q.dim(1), head_dim = q.dim(2), n_head_kv = k_cache.dim(2);
+    TETRA_CHECK(k_cache.dim(3) == head_dim, "%s: k_cache %s head_dim differs from q %s", op,
+                k_cache.shape_str().c_str(), q.shape_str().c_str());
+    TETRA_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0, "%s: n_head %lld is not a multiple of n_head_kv %lld", op,
+                (long long)n_head, (long long)n_head_kv);
+    TETRA_CHECK(meta.block_size == k_cache.dim(1), "%s: meta.block_size %d but k_cache %s has block_size %lld", op,
+                meta.block_size, k_cache.shape_str().c_str(), (long long)k_cache.dim(1));
+    TETRA_CHECK(out.numel() == n_tokens * n_head * head_dim && out.rank() >= 1 && out.dim(0) == n_tokens,
+                "%s: 'out' has shape %s; expected [%lld, %lld]", op, out.shape_str().c_str(), (long long)n_tokens,
+                (long long)(n_head * head_dim));
+    TETRA_CHECK(meta.n_seqs >= 1, "%s: meta.n_seqs %d must be >= 1", op, meta.n_seqs);
+    check_shape(meta.cu_seqlens_q, {meta.n_seqs + 1}, op, "cu_seqlens_q");
+    check_shape(meta.seq_lens_kv, {meta.n_seqs}, op, "seq_lens_kv");
+    check_shape(meta.positions, {n_tokens}, op, "positions");
+    check_rank(meta.block_tables, 2, op, "block_tables");
+    TETRA_CHECK(meta.block_tables.dim(0) == meta.n_seqs, "%s: block_tables %s has %lld rows; expected n_seqs %d", op,
+                meta.block_tables.shape_str().c_str(), (long long)meta.block_tables.dim(0), meta.n_seqs);
+    for (auto p : {std::make_pair(&meta.cu_seqlens_q, "cu_seqlens_q"), {&meta.seq_lens_kv, "seq_lens_kv"},
+                   {&meta.positions, "positions"}, {&meta.block_tables, "block_tables"}})
+        check_dtype(*p.first, dtype::I32, op, p.second);
+    TETRA_CHECK(sliding_window >= 0, "%s: sliding_window %d must be >= 0", op, sliding_window);
+    attention_args a;
+    a.act = q.type, a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out, a.meta = meta;
+    a.scale = scale, a.sliding_window = sliding_window;
+    run(*this, op, a, {&q, &k_cache, &v_cache, &out});
+}
+
+static matmul_mode resolve_mode(const linear_weight& w, matmul_mode mode) {
+    if (mode != matmul_mode::AUTO) return mode;
+    if (w.kind == linear_kind::DENSE) return matmul_mode::DENSE;
+    return w.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
+}
+
+static void check_linear(const backend& b, const linear_weight& w, matmul_mode mode) {
+    const char* op = "matmul";
+    if (mode == matmul_mode::DENSE) {
+        TETRA_CHECK(w.kind == linear_kind::DENSE, "%s: mode dense needs a dense weight; got an NVFP4 weight [%lld, %lld]",
+                    op, (long long)w.n_out, (long long)w.n_in);
+        check_on(b, w.dense, op, "w.dense"), check_act(w.dense, op, "w.dense");
+        check_shape(w.dense, {w.n_out, w.n_in}, op, "w.dense");
+        return;
+    }
+    TETRA_CHECK(w.kind == linear_kind::NVFP4, "%s: mode %s needs an NVFP4 weight; got a dense weight [%lld, %lld]", op,
+                matmul_mode_name(mode), (long long)w.n_out, (long long)w.n_in);
+    TETRA_CHECK(w.n_in % 16 == 0, "%s: NVFP4 weight has n_in %lld; expected a multiple of 16", op, (long long)w.n_in);
+    check_on(b, w.codes, op, "w.codes"), check_on(b, w.scales, op, "w.scales");
+    check_dtype(w.codes, dtype::U8, op, "w.codes"), check_shape(w.codes, {w.n_out, w.n_in / 2}, op, "w.codes");
+    TETRA_CHECK(w.scales.type == dtype::E4M3 || w.scales.type == dtype::U8, "%s: 'w.scales' has dtype %s; expected e4m3",
+                op, dtype_name(w.scales.type));
+    check_shape(w.scales, {w.n_out, w.n_in / 16}, op, "w.scales");
+    TETRA_CHECK(std::isfinite(w.scale_global), "%s: NVFP4 scale_global %g is not finite", op, double(w.scale_global));
+    if (mode == matmul_mode::W4A4)
+        TETRA_CHECK(w.has_input_scale && std::isfinite(w.input_global_quant) && w.input_global_quant > 0,
+                    "%s: mode w4a4 needs the weight's activation global scale (input_global_quant > 0); got "
+                    "has_input_scale=%d input_global_quant=%g",
+                    op, int(w.has_input_scale), double(w.input_global_quant));
+}
+
+void backend::matmul(const tensor& x, const linear_weight& w, const tensor& out, matmul_mode mode) {
+    const char* op = "matmul";
+    mode = resolve_mode(w, mode);
+    check_on(*this, x, op, "x"), check_on(*this, out, op, "out");
+    check_rank(x, 2, op, "x"), check_act(x, op, "x"), check_dtype(out, x.type, op, "out");
+    TETRA_CHECK(x.dim(1) == w.n_in, "%s: x %s has K = %lld; the weight expects n_in = %lld", op,
+                x.shape_str().c_str(), (long long)x.dim(1), (long long)w.n_in);
+    check_shape(out, {x.dim(0), w.n_out}, op, "out");
+    check_linear(*this, w, mode);
+    matmul_args a;
+    a.act = x.type, a.x = x, a.out = out, a.w = &w, a.m = x.dim(0), a.n = w.n_out, a.k = w.n_in;
+    const char* name = mode == matmul_mode::DENSE   ? "matmul_dense"
+                       : mode == matmul_mode::W4A16 ? "matmul_nvfp4_w4a16"
+                                                    : "matmul_nvfp4_w4a4";
+    const tensor& wt = mode == matmul_mode::DENSE ? w.dense : w.codes;
+    run(*this, name, a, {&x, &out, &wt});
+}
+
+void backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
+    const char* op = "silu_mul";
+    check_on(*this, gate, op, "gate"), check_on(*this, up, op, "up"), check_on(*this, out, op, "out");
+    check_act(gate, op, "gate"), check_dtype(up, gate.type, op, "up"), check_dtype(out, gate.type, op, "out");
+    check_shape(up, gate.shape, op, "up"), check_shape(out, gate.shape, op, "out");
+    silu_mul_args a;
+    a.act = gate.type, a.gate = gate, a.up = up, a.out = out;
+    run(*this, op, a, {&gate, &up, &out});
+}
+
+void backend::add(const tensor& x, const tensor& y, const tensor& out) {
+    const char* op = "add";
+    check_on(*this, x, op, "a"), check_on(*this, y, op, "b"), check_on(*this, out, op, "out");
+    check_act(x, op, "a"), check_dtype(y, x.type, op, "b"), check_dtype(out, x.type, op, "out");
+    check_shape(y, x.shape, op, "b"), check_shape(out, x.shape, op, "out");
+    add_args a;
+    a.act = x.type, a.a = x, a.b = y, a.out = out;
+    run(*this, op, a, {&x, &y, &out});
+}
+
+void backend::argmax(const tensor& x, const tensor& out) {
+    const char* op = "argmax";
+    check_on(*this, x, op, "x"), check_on(*this, out, op, "out");
+    check_rank(x, 2, op, "x"), check_act(x, op, "x");
+    TETRA_CHECK(x.dim(1) >= 1, "%s: 'x' %s has empty rows", op, x.shape_str().c_str());
+    check_dtype(out, dtype::I32, op, "out"), check_shape(out, {x.dim(0)}, op, "out");
+    argmax_args a;
+    a.act = x.type, a.x = x, a.out = out;
+    run(*this, op, a, {&x, &out});
+}
+
+void backend::cast(const tensor& src, const tensor& out) {
+    const char* op = "cast";
+    check_on(*this, src, op, "src"), check_on(*this, out, op, "out");
+    check_act(src, op, "src"), check_act(out, op, "out");
+    TETRA_CHECK(src.numel() == out.numel(), "%s: src %s and out %s differ in element count", op,
+                src.shape_str().c_str(), out.shape_str().c_str());
+    cast_args a;
+    a.act = src.type, a.src = src, a.out = out;
+    run(*this, op, a, {&src, &out});
+}
+
+}  // namespace tetra

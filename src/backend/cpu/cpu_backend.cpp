@@ -1,0 +1,68 @@
+// The CPU backend: host memory (upload is zero-copy), synchronous ops, and the registration list
+// of the CPU op tables — one line per op file; kernels are added inside their op's file.
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/error.h"
+
+namespace tetra {
+
+namespace cpu {
+
+void register_kernels(kernel_registry& r) {
+    register_get_rows(r);
+    register_rms_norm(r);
+    register_add_rms_norm(r);
+    register_rope(r);
+    register_kv_store(r);
+    register_attention(r);
+    register_matmul_dense(r);
+    register_matmul_nvfp4_w4a16(r);
+    register_matmul_nvfp4_w4a4(r);
+    register_silu_mul(r);
+    register_add(r);
+    register_argmax(r);
+    register_cast(r);
+}
+
+namespace {
+
+class cpu_backend final : public backend {
+  public:
+    cpu_backend() : backend(cpu_device_info()) {}
+
+    tensor alloc(dtype t, std::vector<int64_t> shape) override { return tensor::alloc(t, std::move(shape)); }
+
+    tensor upload(const tensor& host) override {
+        TETRA_CHECK(host.device == device_kind::CPU, "cpu backend: upload expects a host tensor; got a cuda tensor %s",
+                    host.shape_str().c_str());
+        return host;
+    }
+
+    void download(const tensor& dev, void* host) override {
+        TETRA_CHECK(dev.device == device_kind::CPU, "cpu backend: download of a cuda tensor %s",
+                    dev.shape_str().c_str());
+        if (dev.nbytes()) std::memmove(host, dev.data, dev.nbytes());
+    }
+
+    void copy(const tensor& src, const tensor& dst) override {
+        TETRA_CHECK(src.device == device_kind::CPU && dst.device == device_kind::CPU,
+                    "cpu backend: copy between non-host tensors");
+        TETRA_CHECK(src.type == dst.type && src.numel() == dst.numel(),
+                    "cpu backend: copy %s %s → %s %s: dtype and element count must match", dtype_name(src.type),
+                    src.shape_str().c_str(), dtype_name(dst.type), dst.shape_str().c_str());
+        if (src.nbytes()) std::memmove(dst.data, src.data, src.nbytes());
+    }
+
+    void synchronize() override {}
+
+    linear_weight prepare_linear(const linear_weight& host) override { return host; }
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<backend> make_cpu_backend() { return std::make_unique<cpu::cpu_backend>(); }
+
+}  // namespace tetra
