@@ -32,8 +32,12 @@ struct model_weights {
     std::string format;      // "modelopt" | "compressed-tensors" | "dense" | "dummy"
     std::string quant_algo;  // "NVFP4" | "W4A16_NVFP4" | "" (dense)
     std::vector<std::string> exclude;            // patterns from the config, verbatim
+    // ModelOpt MIXED_PRECISION (all layers NVFP4): the modules the config lists as quantized; a
+    // module not listed counts as excluded. Empty for every other checkpoint.
+    std::vector<std::string> quantized_layers;
     std::map<std::string, linear_weight> linears;  // quantized linears found in the checkpoint
     std::map<std::string, tensor> tensors;         // every other tensor by full HF name
+    std::map<std::string, linear_weight> dense_linears;  // DENSE views handed out by linear()
 
     // The linear for `module` (HF name without ".weight"). NVFP4 if the checkpoint quantized it;
     // otherwise a DENSE view of tensors[module + ".weight"]. When the checkpoint is quantized and the
@@ -42,7 +46,8 @@ struct model_weights {
     const linear_weight& linear(const std::string& module, bool dense_ok = false);
     const tensor& get(const std::string& name) const;  // error naming the tensor and dir
     bool has(const std::string& name) const { return tensors.count(name) != 0; }
-    bool is_excluded(const std::string& module) const;  // matches `exclude` (wildcards, re:)
+    // Matches `exclude` with the format's syntax (io/exclude.h: ModelOpt wildcards, CT exact/re:).
+    bool is_excluded(const std::string& module) const;
 };
 
 // Detect the format of an HF model directory (config.json, hf_quant_config.json, *.safetensors)
