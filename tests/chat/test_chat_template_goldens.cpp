@@ -1,0 +1,102 @@
+// Real chat templates (SmolLM2, Llama-3.1/3.2, Qwen2.5, Qwen3, gpt-oss, Nemotron-Nano-v2) rendered
+// over conversations by transformers' render_jinja_template (tools/gen_template_goldens.py ->
+// tests/data/templates/goldens_chat.json). Byte-exact, or an error where Python raised one.
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "core/error.h"
+
+namespace tetra {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string data_dir() { return std::string(TETRA_SOURCE_DIR) + "/tests/data/templates/"; }
+
+const ojson& goldens() {
+    static const ojson j = [] {
+        std::ifstream f(data_dir() + "goldens_chat.json");
+        return f.good() ? ojson::parse(f) : ojson::object();
+    }();
+    return j;
+}
+
+const chat_template& template_for(const std::string& file) {
+    static std::map<std::string, std::unique_ptr<chat_template>> cache;
+    auto it = cache.find(file);
+    if (it != cache.end()) return *it->second;
+    std::ifstream f(data_dir() + file, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto t = std::make_unique<chat_template>(ss.str(), file);
+    return *(cache[file] = std::move(t));
+}
+
+std::vector<size_t> case_ids() {
+    std::vector<size_t> ids;
+    if (goldens().contains("cases"))
+        for (size_t k = 0; k < goldens()["cases"].size(); ++k) ids.push_back(k);
+    return ids;
+}
+
+class chat_golden : public ::testing::TestWithParam<size_t> {};
+
+TEST(chat_golden_file, loaded) {
+    ASSERT_TRUE(goldens().contains("cases")) << "missing tests/data/templates/goldens_chat.json";
+    EXPECT_GE(goldens()["cases"].size(), 200u);
+}
+
+TEST_P(chat_golden, matches_transformers) {
+    const ojson& c = goldens()["cases"][GetParam()];
+    chat_template_inputs in;
+    in.messages = c["messages"];
+    in.tools = c["tools"];
+    in.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    if (c["bos_token"].is_string()) in.bos_token = c["bos_token"].get<std::string>();
+    if (c["eos_token"].is_string()) in.eos_token = c["eos_token"].get<std::string>();
+    in.kwargs = c["kwargs"];
+    std::tm tm{};
+    tm.tm_year = 2024 - 1900; tm.tm_mon = 6; tm.tm_mday = 26;
+    tm.tm_hour = 13; tm.tm_min = 45; tm.tm_sec = 7;
+    std::time_t t = timegm(&tm);
+    gmtime_r(&t, &tm);
+    in.now = tm;
+    const chat_template& tmpl = template_for(c["template"].get<std::string>());
+    if (c.contains("error")) {
+        std::string err = c["error"].get<std::string>();
+        try {
+            tmpl.render(in);
+            ADD_FAILURE() << "expected an error like Python's: " << err;
+        } catch (const tetra::error& e) {
+            if (err.rfind("TemplateError: ", 0) == 0)
+                EXPECT_NE(std::string(e.what()).find(err.substr(15)), std::string::npos) << e.what();
+        }
+        return;
+    }
+    std::string got;
+    try {
+        got = tmpl.render(in);
+    } catch (const tetra::error& e) {
+        FAIL() << "unexpected error: " << e.what();
+    }
+    EXPECT_EQ(got, c["expected"].get<std::string>());
+}
+
+std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
+    const ojson& c = goldens()["cases"][info.param];
+    std::string n = c["template"].get<std::string>() + "_" + c["conversation"].get<std::string>() +
+                    (c["add_generation_prompt"].get<bool>() ? "_agp" : "");
+    for (char& ch : n)
+        if (!isalnum((unsigned char)ch)) ch = '_';
+    return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(goldens, chat_golden, ::testing::ValuesIn(case_ids()), case_name);
+
+}  // namespace
+}  // namespace tetra
