@@ -233,8 +233,8 @@ void backend::attention(const tensor& q, const tensor& k_cache, const tensor& v_
 }
 
 static matmul_mode resolve_mode(const linear_weight& w, matmul_mode mode) {
+    if (w.kind == linear_kind::DENSE) return matmul_mode::DENSE;  // W4A16/W4A4 apply to NVFP4 weights only
     if (mode != matmul_mode::AUTO) return mode;
-    if (w.kind == linear_kind::DENSE) return matmul_mode::DENSE;
     return w.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
 }
 

@@ -59,8 +59,9 @@ struct attn_metadata {
 };
 
 // ---- matmul ------------------------------------------------------------------------------------
-// AUTO: DENSE for dense weights; NVFP4 weights → W4A4 when the checkpoint has an input scale
-// (quant_algo NVFP4), else W4A16.
+// Dense weights always run DENSE (so one mode can be passed for every linear of a model).
+// NVFP4 weights: AUTO → W4A4 when the checkpoint has an input scale (quant_algo NVFP4), else W4A16;
+// W4A16/W4A4 force that path (W4A4 needs the input scale); DENSE is an error.
 enum class matmul_mode : uint8_t { AUTO, DENSE, W4A16, W4A4 };
 const char* matmul_mode_name(matmul_mode m);
 

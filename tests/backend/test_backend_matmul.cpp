@@ -280,6 +280,15 @@ TEST(backend_ops, matmul_mode_errors) {
               std::string::npos);
     tensor x2 = random_tensor(r, dtype::F32, {2, 31});
     EXPECT_EQ(err([&] { cpu_be().matmul(x2, q.w, out.view); }), "matmul: x [2, 31] has K = 31; the weight expects n_in = 32");
+    // A dense weight runs dense whatever NVFP4 mode is requested (one mode for all linears).
+    linear_weight dw;
+    dw.n_out = 4, dw.n_in = 32, dw.dense = random_tensor(r, dtype::F32, {4, 32});
+    auto xv = to_double(x), ref = matmul_ref(xv, to_double(dw.dense), 2, 4, 32);
+    for (matmul_mode md : {matmul_mode::W4A16, matmul_mode::W4A4, matmul_mode::DENSE}) {
+        guarded o = make_guarded(dtype::F32, {2, 4});
+        cpu_be().matmul(x, dw, o.view, md);
+        EXPECT_EQ(compare(to_double(o.view), ref, 1e-10), "") << matmul_mode_name(md);
+    }
     q.w.scales = tensor::view(dtype::F32, {4, 2}, q.scales.data());
     EXPECT_EQ(err([&] { cpu_be().matmul(x, q.w, out.view); }), "matmul: 'w.scales' has dtype f32; expected e4m3");
 }
