@@ -96,6 +96,7 @@ TEXTS = [
     "NBSP\u00a0here, ideographic\u3000space, NEL\u0085, LS\u2028, ZWSP\u200b, MVS\u180e, BOM\ufeff.",
     "Split-me-up-now xxx yyy...,,, HeLLo WORLD 123abc456 -x- ",
     "\x00\x01\x7f control \x1b[0m",
+    "bytes SmolLM2 lacks: \x04\x06\x13\x14\x16\x1d \U00040000 \U00080001 end",
     "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛 \U0001F9D1\u200D\U0001F4BB",
     "a" * 300,
     " " * 50 + "x" + "\n" * 20,
@@ -203,8 +204,8 @@ def misc_trained():
 def decode_cases(tok, rng):
     n = tok.get_vocab_size(with_added_tokens=True)
     vocab = tok.get_vocab(with_added_tokens=True)
-    byte_ids = [vocab[c] for c in pt.ByteLevel.alphabet() if c in vocab and ord(c) >= 0x80]
-    special_ids = [i for i, t in tok.get_added_tokens_decoder().items() if t.special]
+    byte_ids = sorted(vocab[c] for c in pt.ByteLevel.alphabet() if c in vocab and ord(c) >= 0x80)
+    special_ids = sorted(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
     out = []
     for k in range(40):
         ids = []

@@ -99,8 +99,8 @@ int32_t tokenizer::token_to_id(std::string_view token) const {
 
 std::string tokenizer::id_to_token(int32_t id) const {
     if (id < 0 || size_t(id) >= impl_->ids.size()) return "";
-    for (const added_token& t : impl_->added.tokens)
-        if (t.id == id) return t.content;
+    auto a = impl_->added.content_by_id.find(id);
+    if (a != impl_->added.content_by_id.end()) return a->second;
     return size_t(id) < impl_->model.id_to_token.size() ? impl_->model.id_to_token[size_t(id)] : "";
 }
 
@@ -120,7 +120,7 @@ detokenizer::detokenizer(const tokenizer& tok, bool skip_special_tokens)
     : tok_(&tok), skip_special_(skip_special_tokens) {}
 
 std::string detokenizer::push(int32_t id) {
-    const tokenizer_impl& m = tok_->impl();
+    const tokenizer_impl& m = *tok_->impl_;
     std::string out;
     if (id < 0 || size_t(id) >= m.ids.size()) return out;
     const id_info& info = m.ids[size_t(id)];

@@ -64,9 +64,8 @@ public:
 
     detokenizer make_detokenizer(bool skip_special_tokens) const;
 
-    const tokenizer_impl& impl() const { return *impl_; }
-
 private:
+    friend class detokenizer;
     explicit tokenizer(std::unique_ptr<tokenizer_impl> impl);
     std::unique_ptr<tokenizer_impl> impl_;
 };

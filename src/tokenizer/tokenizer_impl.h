@@ -90,6 +90,7 @@ struct text_segment {
 struct added_vocab {
     std::vector<added_token> tokens;
     std::unordered_map<std::string, int32_t> by_content;
+    std::unordered_map<int32_t, std::string> content_by_id;
     token_trie raw_trie;   // normalized == false: matched on the raw text
     token_trie norm_trie;  // normalized == true: matched on the normalized text
     // HF AddedVocabulary::find_matches over one string.

@@ -67,6 +67,7 @@ void loader::model(const json& m) {
     if (!vocab.is_object()) fail("model.vocab", "expected an object token -> id");
     bpe_model& bpe = impl.model;
     int32_t max_id = -1;
+    bpe.vocab.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
         if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
             it.value().get<int64_t>() > INT32_MAX)
@@ -152,6 +153,7 @@ void loader::added_tokens(const json& arr) {
         t.single_word = get_bool(e, "single_word", field, false);
         t.normalized = get_bool(e, "normalized", field, !t.special);
         av.by_content[t.content] = t.id;
+        av.content_by_id[t.id] = t.content;
         av.tokens.push_back(std::move(t));
     }
 }

@@ -157,10 +157,7 @@ TEST_P(golden_test, concurrent_encode_is_consistent) {
 }
 
 std::vector<std::string> shipped_tokenizers() {
-    std::vector<std::string> names = {"llama3-trained", "qwen2-trained", "misc-trained", "qwen3"};
-    std::ifstream smol(data_dir + "smollm2/goldens.json");
-    if (smol.good()) names.push_back("smollm2");
-    return names;
+    return {"llama3-trained", "qwen2-trained", "misc-trained", "qwen3", "smollm2"};
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
@@ -233,6 +230,19 @@ TEST(tokenizer, streaming_holds_back_partial_characters) {
     EXPECT_EQ(d.push(ids[0]), "");
     EXPECT_EQ(d.finish(), "\xEF\xBF\xBD");
     EXPECT_EQ(d.finish(), "");
+}
+
+// SmolLM2 was trained with a restricted initial alphabet: byte symbols absent from its vocab are
+// silently dropped (unk_token is null), as HF does. Third-party vectors from serving.md §2.
+TEST(tokenizer, smollm2_known_vectors_and_dropped_bytes) {
+    const loaded& L = get("smollm2");
+    EXPECT_EQ(L.tok->encode("Hello world! 123", false), (std::vector<int32_t>{19556, 905, 17, 216, 33, 34, 35}));
+    EXPECT_EQ(L.tok->encode("  multiple   spaces", false), (std::vector<int32_t>{216, 2701, 256, 5600}));
+    EXPECT_EQ(L.tok->token_to_id("\x04"), -1);
+    EXPECT_EQ(L.tok->decode(L.tok->encode("a\x04\x06" "b", false), false), "ab");
+    EXPECT_EQ(L.tok->bos_id(), 1);  // tokenizer_config: bos <|im_start|>, eos <|im_end|>
+    EXPECT_EQ(L.tok->eos_id(), 2);
+    EXPECT_EQ(L.tok->encode("hi", true), L.tok->encode("hi", false));  // no BOS added
 }
 
 TEST(tokenizer, invalid_utf8_text_is_an_error) {
