@@ -35,17 +35,21 @@ inline float nvfp4_dequant_to_ct(float scale_global) { return 1.0f / scale_globa
 
 enum class nvfp4_recipe : uint8_t { MODELOPT, COMPRESSED_TENSORS };
 
-// Quantize w[rows, cols] (fp32 values; callers promote bf16/f16 first) with dequant-direction
-// global scale `scale_global` (for COMPRESSED_TENSORS the recipe internally uses G = 1/scale_global
-// exactly as §4.3 computes it from `global_ct`; pass the stored CT value through global_ct).
-// ModelOpt: s_b = amax_b / (6·S) → e4m3 (0 → 0x38), q = w / (e4m3(s_b)·S), e2m1_encode_modelopt.
+// Quantize w[rows, cols] (fp32 values; callers promote bf16/f16 first) → codes u8[rows, cols/2],
+// scales e4m3[rows, cols/16]. Each recipe takes its own stored global scale, in its own direction:
+// ModelOpt the dequant-direction S (weight_scale_2), compressed-tensors the quant-direction G
+// (weight_global_scale); both must be finite and > 0 (tetra::error otherwise). Every step is one
+// fp32 operation in the reference order (exact, bit-equal to the producers' CPU path):
+// ModelOpt: s_b = amax_b / (6·S) → e4m3 (0 → 1.0 = 0x38), q = w / (e4m3(s_b)·S), e2m1_encode_modelopt.
 // CT:       s_b = G·(amax_b/6) clamped ±448 → e4m3, 0 → 0x20, q = w / (e4m3(s_b)/G), e2m1_encode.
+// (CT's Triton pack kernel rounds q to bf16 first; that double rounding is not reproduced.)
 void nvfp4_quantize_modelopt(const float* w, int64_t rows, int64_t cols, float scale_global,
                              uint8_t* codes, uint8_t* scales);
 void nvfp4_quantize_ct(const float* w, int64_t rows, int64_t cols, float global_ct,
                        uint8_t* codes, uint8_t* scales);
 
-// w[r,c] = e2m1(code) · e4m3(scale) · scale_global  (§3.3), fp32 out [rows, cols].
+// w[r,c] = e2m1(code) · e4m3(scale) · scale_global  (§3.3), fp32 out [rows, cols], rounded in
+// ModelOpt's order: per_block = f32(e4m3) · scale_global first, then e2m1 · per_block.
 void nvfp4_dequantize(const uint8_t* codes, const uint8_t* scales, float scale_global,
                       int64_t rows, int64_t cols, float* out);
 // One row, for matmul kernels: out[cols].
