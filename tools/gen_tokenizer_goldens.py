@@ -103,6 +103,22 @@ TEXTS = [
 ]
 
 
+def random_texts(n=40):
+    """Seeded random mixtures of the character classes the regexes and NFC care about."""
+    rng = random.Random(31)
+    pools = ["abcXYZ", "0123456789", " ", "  ", "\t", "\n", "\r\n", "\u00a0\u3000\u2009", "'",
+             "'s'S'\u017f'LL're'VE", ".,!?;:-_()[]{}<>|/\\\"#$%&*+=@^`~", "\u0301\u0308\u0323\u094d",
+             "\u00e9\u00c5\u00f1\u00df", "\u4f60\u597d\u4e16\u754c", "\u3042\u30ab", "\ud55c\uae00",
+             "\u0645\u0631\u062d\u0628\u0627", "\u0661\u0662\u00bd\u2167", "\U0001F600\U0001F44D\U0001F3FD",
+             "\u200d", "\ufe0f", "<|im_", "|>", "<|im_end|>", "<|eot_id|>", "<think>"]
+    out = []
+    for _ in range(n):
+        s = "".join(rng.choice(rng.choice(pools)) if rng.random() < 0.7 else rng.choice(pools)
+                    for _ in range(rng.randint(1, 40)))
+        out.append(s)
+    return out
+
+
 def corpus():
     rng = random.Random(1234)
     lines = []
@@ -239,7 +255,7 @@ def write_case_file(name, tok, tok_json, config, copy_from=None):
             json.dump(config, f, ensure_ascii=False, indent=1)
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))  # test exactly the file shipped
     cases = []
-    for text in TEXTS + [long_text()]:
+    for text in TEXTS + random_texts() + [long_text()]:
         ids = tok.encode(text, add_special_tokens=True).ids
         cases.append({"text": text, "ids": ids,
                       "ids_plain": tok.encode(text, add_special_tokens=False).ids,
