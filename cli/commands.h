@@ -14,5 +14,7 @@ struct cli_error : std::runtime_error {
 };
 
 void register_version(CLI::App& app);
+void register_quantize(CLI::App&);
+void register_inspect(CLI::App&);
 
 }  // namespace tetra
