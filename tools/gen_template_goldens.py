@@ -6,7 +6,8 @@ i.e. the exact environment apply_chat_template uses (ImmutableSandboxedEnvironme
 lstrip_blocks, loopcontrols, json.dumps tojson, raise_exception, strftime_now, namespace, dict),
 with datetime.now() pinned to FIXED_NOW so strftime_now is reproducible.
 
-Writes tests/data/templates/goldens_chat.json (real templates x conversations) and
+Writes tests/data/templates/goldens_chat.json (real templates x conversations; each case names its
+template file and conversation, whose messages/tools/kwargs and special tokens are stored once) and
 tests/data/templates/goldens_features.json (small feature templates). Errors are recorded as
 {"error": "<exception type>: <message>"}.
 
@@ -45,6 +46,19 @@ TEMPLATES = {
     "Qwen-Qwen3-0.6B.jinja": {"bos_token": None, "eos_token": "<|im_end|>"},
     "openai-gpt-oss-120b.jinja": {"bos_token": "<|startoftext|>", "eos_token": "<|return|>"},
     "NVIDIA-Nemotron-Nano-v2.jinja": {"bos_token": "<SPECIAL_10>", "eos_token": "<SPECIAL_12>"},
+    # Further families (broader feature coverage); same token convention.
+    "HuggingFaceTB-SmolLM3-3B.jinja": {"bos_token": None, "eos_token": "<|im_end|>"},
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": {"bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"},
+    "Qwen-QwQ-32B.jinja": {"bos_token": None, "eos_token": "<|im_end|>"},
+    "Qwen3-Coder.jinja": {"bos_token": None, "eos_token": "<|im_end|>"},
+    "Qwen3.5-4B.jinja": {"bos_token": None, "eos_token": "<|im_end|>"},
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "deepseek-ai-DeepSeek-V3.1.jinja": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "google-gemma-2-2b-it.jinja": {"bos_token": "<bos>", "eos_token": "<eos>"},
+    "meetkai-functionary-medium-v3.1.jinja": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    "microsoft-Phi-3.5-mini-instruct.jinja": {"bos_token": "<s>", "eos_token": "<|endoftext|>"},
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": {"bos_token": "<s>", "eos_token": "</s>"},
+    "tencent-Hy3.jinja": {"bos_token": "<｜hy_begin▁of▁sentence｜>", "eos_token": "<｜hy_eos｜>"},
 }
 
 WEATHER_TOOL = {
@@ -160,13 +174,15 @@ def chat_goldens():
             src = f.read()
         for cname, conv in CONVERSATIONS.items():
             for agp in (False, True):
-                case = {"template": fname, "conversation": cname, "add_generation_prompt": agp,
-                        "messages": conv["messages"], "tools": conv.get("tools"),
-                        "bos_token": tokens["bos_token"], "eos_token": tokens["eos_token"],
-                        "kwargs": conv.get("kwargs", {})}
+                case = {"template": fname, "conversation": cname, "add_generation_prompt": agp}
                 case.update(render_chat(src, tokens, conv, agp))
                 out.append(case)
     return out
+
+
+def conversations_json():
+    return {name: {"messages": c["messages"], "tools": c.get("tools"), "kwargs": c.get("kwargs", {})}
+            for name, c in CONVERSATIONS.items()}
 
 
 # ---- feature templates ----------------------------------------------------------------------
@@ -297,6 +313,41 @@ FEATURES = [
                        "{{ lst | max }} {{ lst | min }} {{ words | max }}"),
     ("filter_indent", "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(2, blank=true) }}|{{ 'x\\ny' | indent('> ') }}"),
     ("filter_misc", "{{ s | wordcount }} {{ '<a href=\"x\">&\\'</a>' | e }} {{ s | safe }} {{ 'ab' | center(6) }}| {{ d | attr('b') }}"),
+    # lazy iterators (generators) returned by map/select/items/unique/reverse
+    ("gen_truthy_when_empty", "{% if lst | select('gt', 100) %}truthy{% else %}falsy{% endif %} "
+                              "{% if lst | select('gt', 100) | list %}T{% else %}F{% endif %}"),
+    ("gen_single_use", "{% set g = lst | map('string') %}[{{ g | join(',') }}][{{ g | join(',') }}]"),
+    ("gen_first_consumes", "{% set g = lst | reverse %}{{ g | first }} {{ g | first }} {{ g | list }}"),
+    ("gen_falsy_input_is_empty", "{{ nil | selectattr('x') | list }} {{ nil | map('upper') | list }} {{ x | reject | list }}"),
+    ("gen_for_loop_length", "{% for p in people | selectattr('age', 'gt', 20) %}{{ loop.length }}{{ p.name }} {% endfor %}"),
+    ("err_gen_length", "{{ lst | map('string') | length }}"),
+    ("err_gen_tojson", "{{ people | map(attribute='name') | tojson }}"),
+    ("err_gen_last", "{{ lst | map('string') | last }}"),
+    # str.format (sandboxed formatter)
+    ("str_format", "{{ '{}-{}'.format(1, 'a') }} {{ '{1}{0}'.format('x', 'y') }} {{ '{name}!'.format(name='Ann') }} "
+                   "{{ '{{literal}} {0!r}'.format('q') }} {{ '{:>6}|{:<4}|{:^7}'.format('ab', 'c', 'mid') }} "
+                   "{{ '{:05d} {:+d} {:,}'.format(42, 7, 1234567) }} {{ '{:.2f} {:.1%} {:e}'.format(3.14159, 0.256, 12345.678) }} "
+                   "{{ '{0[role]} {0.content}'.format(msgs[1]) }} {{ '{}'.format(none) }} {{ '{:x}'.format(255) }}"),
+    # unknown filters/tests are compile errors, except in if-statements / inline ifs (runtime)
+    ("soft_unknown_filter_in_if", "{% if fl %}{{ s | no_such_filter }}{% endif %}ok {{ s if t else (s | nosuch) }}"),
+    ("soft_unknown_test_in_if", "{% if fl and s is no_such_test %}x{% else %}ok{% endif %}"),
+    ("err_soft_unknown_filter_reached", "{% if t %}{{ s | no_such_filter }}{% endif %}"),
+    ("err_unknown_filter_in_for_in_if", "{% if fl %}{% for x in lst %}{{ x | no_such_filter }}{% endfor %}{% endif %}"),
+    # more whitespace control and lexer corners
+    ("ws_nested_braces", "{{ {'a': {'b': 1}} }}|{{ '}}' }}|{{ '{%' ~ '%}' }}|{{ [[1], [2]] }}"),
+    ("ws_raw_strip", "a\n  {%- raw -%}  {{ x }}  {%- endraw -%}  \nb"),
+    ("ws_lstrip_indented_comment", "x\n    {# c #}\n    y"),
+    ("ws_trim_after_var_not_applied", "{{ n }}\n{{ n }}\n"),
+    ("ws_minus_on_var_eats_newlines", "a\n\n  {{- n -}}\n\n  b"),
+    ("ws_block_end_minus_then_text", "{% if t -%}   \n\n  x{%- endif %}\ny"),
+    ("ws_lstrip_only_spaces_tabs", "a\n \t {% if t %}b{% endif %}\n"),
+    ("ws_lstrip_not_after_text", "a  {% if t %}b{% endif %}"),
+    ("ws_crlf_in_string_literal", "{{ 'x\r\ny' | length }}"),
+    ("ws_unicode_space_before_block", "a\n\u3000{% if t %}b{% endif %}"),
+    ("ws_generation_trim", "{% generation %}\n  gen\n{% endgeneration %}\nend"),
+    # Markup (no autoescape): |safe and |e mark strings; `+` with a Markup escapes the other side
+    ("markup_concat", "{{ 'a<'|safe + '<b>' }} {{ '<x>' + '&'|safe }} {{ ('q'|safe + d | tojson) }} {{ '<'|safe ~ '<' }}"),
+    ("markup_escape_idempotent", "{{ '<a>'|e|e }} {{ ('<'|e + '>') }} {{ '<'|e is escaped }} {{ '<' is escaped }} {{ ('x'|safe|trim + '\"') }}"),
     # undefined semantics
     ("undefined_print", "[{{ x }}][{{ d.zz }}][{{ lst[10] }}][{{ x | length }}][{{ x | string }}][{{ x ~ 'a' }}][{{ 'a' in x }}]"),
     ("undefined_compare", "{{ x == x }} {{ x == none }} {{ not x }} {{ x is none }}"),
@@ -335,7 +386,7 @@ def main():
     meta = {"generator": "tools/gen_template_goldens.py", "jinja2": jinja2.__version__,
             "transformers": transformers.__version__, "now": FIXED_NOW.isoformat()}
     feats = {"meta": meta, "context": CTX, "cases": feature_goldens()}
-    chats = {"meta": meta, "cases": chat_goldens()}
+    chats = {"meta": meta, "templates": TEMPLATES, "conversations": conversations_json(), "cases": chat_goldens()}
     for fname, obj in (("goldens_features.json", feats), ("goldens_chat.json", chats)):
         with open(os.path.join(DATA, fname), "w", encoding="utf-8") as f:
             json.dump(obj, f, ensure_ascii=False, indent=1)

@@ -9,9 +9,10 @@
 // literals, arithmetic, ~, comparisons, and/or/not, in, tests, ternaries, subscripts and slices,
 // Python str/dict/list methods, the common jinja2 filters and tests (see jinja_builtins.cpp).
 //
-// Non-goals: template inheritance (extends/block/include/import), autoescape and Markup semantics
-// (safe/escape are plain string functions), recursive loops, *args/**kwargs, arbitrary-precision
-// ints (int64, overflow is an error), Unicode case mapping beyond ASCII, str.format/% formatting,
+// Non-goals: template inheritance (extends/block/include/import), autoescape (Markup is modelled
+// only as far as |safe, |escape and `+` escaping the other operand), recursive loops, *args/**kwargs, arbitrary-precision
+// ints (int64, overflow is an error), Unicode case mapping beyond ASCII, printf-style `%` string
+// formatting and the `format` filter (str.format is supported with a format-spec subset),
 // list/dict mutation (the sandbox forbids it in jinja2 too), and the sandbox's attribute rules
 // beyond what templates can reach here.
 #pragma once

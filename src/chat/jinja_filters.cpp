@@ -117,24 +117,26 @@ jvalue f_dictsort(const jvalue& v, const jcall& c) {
     return jvalue::make_list(std::move(items));
 }
 jvalue f_escape(const jvalue& v, const jcall&) {
-    std::string out;
-    for (char ch : v.str()) {
-        switch (ch) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&#34;"; break;
-            case '\'': out += "&#39;"; break;
-            default: out += ch;
-        }
-    }
-    return jvalue::string(out);
+    if (v.is_string() && v.markup) return v;
+    return markup_string(html_escape(v.str()));
+}
+// Filters that go through soft_str() keep Markup in jinja2.
+jvalue keep_markup(const jvalue& in, jvalue out) {
+    out.markup = in.is_string() && in.markup;
+    return out;
 }
 jvalue f_first(const jvalue& v, const jcall&) {
+    if (v.kind == jkind::GENERATOR) {  // next(iter(gen)) consumes one item
+        if (v.list->empty()) return jvalue::undefined("No first item, sequence was empty.");
+        jvalue x = v.list->front();
+        v.list->erase(v.list->begin());
+        return x;
+    }
     jlist items = jinja_iterate(v);
     return items.empty() ? jvalue::undefined("No first item, sequence was empty.") : items.front();
 }
 jvalue f_last(const jvalue& v, const jcall&) {
+    if (v.kind == jkind::GENERATOR) jinja_throw("'generator' object is not reversible");
     jlist items = jinja_iterate(v);
     return items.empty() ? jvalue::undefined("No last item, sequence was empty.") : items.back();
 }
@@ -206,11 +208,11 @@ jvalue f_indent(const jvalue& v, const jcall& c) {
     return jvalue::string(first ? ind + rv : rv);
 }
 jvalue f_items(const jvalue& v, const jcall&) {
-    if (v.is_undefined()) return jvalue::make_list();
+    if (v.is_undefined()) return jvalue::make_generator({});
     if (!v.is_mapping()) jinja_throw("Can only get item pairs from a mapping.");
     jlist items;
     for (auto& kv : v.dict->items) items.push_back(jvalue::make_tuple({kv.first, kv.second}));
-    return jvalue::make_list(std::move(items));
+    return jvalue::make_generator(std::move(items));
 }
 jvalue f_join(const jvalue& v, const jcall& c) {
     std::string sep = c.arg(0, "d", jvalue::string("")).str();
@@ -224,10 +226,11 @@ jvalue f_join(const jvalue& v, const jcall& c) {
     return jvalue::string(out);
 }
 jvalue f_list(const jvalue& v, const jcall&) { return jvalue::make_list(jinja_iterate(v)); }
-jvalue f_lower(const jvalue& v, const jcall&) { return jvalue::string(lower_ascii(v.str())); }
-jvalue f_upper(const jvalue& v, const jcall&) { return jvalue::string(upper_ascii(v.str())); }
+jvalue f_lower(const jvalue& v, const jcall&) { return keep_markup(v, jvalue::string(lower_ascii(v.str()))); }
+jvalue f_upper(const jvalue& v, const jcall&) { return keep_markup(v, jvalue::string(upper_ascii(v.str()))); }
 jvalue f_map(const jvalue& v, const jcall& c) {
     jlist out;
+    if (!v.truthy()) return jvalue::make_generator({});  // jinja2: `if value:` before iterating
     jlist items = jinja_iterate(v);
     if (c.args.empty()) {
         jvalue attribute = c.arg(99, "attribute");
@@ -243,10 +246,11 @@ jvalue f_map(const jvalue& v, const jcall& c) {
         jcall rest = rest_args(c, 1);
         for (auto& it : items) out.push_back(jinja_filter(name, it, rest));
     }
-    return jvalue::make_list(std::move(out));
+    return jvalue::make_generator(std::move(out));
 }
 jvalue select_impl(const jvalue& v, const jcall& c, bool by_attr, bool keep) {
     jlist out;
+    if (!v.truthy()) return jvalue::make_generator({});  // jinja2: `if value:` before iterating
     size_t k = 0;
     jvalue attribute;
     if (by_attr) attribute = c.arg(k++, "attribute");
@@ -259,7 +263,7 @@ jvalue select_impl(const jvalue& v, const jcall& c, bool by_attr, bool keep) {
         bool ok = test.empty() ? x.truthy() : jinja_test(test, x, rest);
         if (ok == keep) out.push_back(it);
     }
-    return jvalue::make_list(std::move(out));
+    return jvalue::make_generator(std::move(out));
 }
 jvalue f_select(const jvalue& v, const jcall& c) { return select_impl(v, c, false, true); }
 jvalue f_reject(const jvalue& v, const jcall& c) { return select_impl(v, c, false, false); }
@@ -290,9 +294,10 @@ jvalue f_replace(const jvalue& v, const jcall& c) {
 }
 jvalue f_reverse(const jvalue& v, const jcall&) {
     if (v.is_string()) return jinja_slice(v, jvalue::none(), jvalue::none(), jvalue::integer(-1));
+    bool reversible = v.is_sequence() || v.is_mapping();  // reversed() gives an iterator
     jlist items = jinja_iterate(v);
     std::reverse(items.begin(), items.end());
-    return jvalue::make_list(std::move(items));
+    return reversible ? jvalue::make_generator(std::move(items)) : jvalue::make_list(std::move(items));
 }
 jvalue f_round(const jvalue& v, const jcall& c) {
     int64_t prec = c.arg(0, "precision", jvalue::integer(0)).i;
@@ -311,7 +316,7 @@ jvalue f_round(const jvalue& v, const jcall& c) {
     double p = std::pow(10.0, (double)prec);
     return jvalue::floating((method == "ceil" ? std::ceil(x * p) : std::floor(x * p)) / p);
 }
-jvalue f_safe(const jvalue& v, const jcall&) { return v.is_string() ? v : jvalue::string(v.str()); }
+jvalue f_safe(const jvalue& v, const jcall&) { return markup_string(v.str()); }
 jvalue f_sort(const jvalue& v, const jcall& c) {
     bool rev = c.arg(0, "reverse", jvalue::boolean(false)).truthy();
     bool cs = c.arg(1, "case_sensitive", jvalue::boolean(false)).truthy();
@@ -324,7 +329,7 @@ jvalue f_sort(const jvalue& v, const jcall& c) {
     });
     return jvalue::make_list(std::move(items));
 }
-jvalue f_string(const jvalue& v, const jcall&) { return jvalue::string(v.str()); }
+jvalue f_string(const jvalue& v, const jcall&) { return keep_markup(v, jvalue::string(v.str())); }
 jvalue f_sum(const jvalue& v, const jcall& c) {
     jvalue attribute = c.arg(0, "attribute", jvalue::none());
     jvalue acc = c.arg(1, "start", jvalue::integer(0));
@@ -369,7 +374,7 @@ jvalue f_tojson(const jvalue& v, const jcall& c) {
     return jvalue::string(out);
 }
 jvalue f_trim(const jvalue& v, const jcall& c) {
-    return jvalue::string(py_strip(v.str(), c.arg(0, "chars", jvalue::none()), true, true));
+    return keep_markup(v, jvalue::string(py_strip(v.str(), c.arg(0, "chars", jvalue::none()), true, true)));
 }
 jvalue f_unique(const jvalue& v, const jcall& c) {
     bool cs = c.arg(0, "case_sensitive", jvalue::boolean(false)).truthy();
@@ -383,7 +388,7 @@ jvalue f_unique(const jvalue& v, const jcall& c) {
         seen.push_back(key);
         out.push_back(it);
     }
-    return jvalue::make_list(std::move(out));
+    return jvalue::make_generator(std::move(out));
 }
 jvalue f_wordcount(const jvalue& v, const jcall&) {
     int64_t n = 0;
@@ -429,9 +434,11 @@ bool t_number(const jvalue& v, const jcall&) { return v.is_number(); }
 bool t_string(const jvalue& v, const jcall&) { return v.is_string(); }
 bool t_mapping(const jvalue& v, const jcall&) { return v.is_mapping(); }
 bool t_iterable(const jvalue& v, const jcall&) {
+    return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_mapping() || v.kind == jkind::GENERATOR;
+}
+bool t_sequence(const jvalue& v, const jcall&) {
     return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_mapping();
 }
-bool t_sequence(const jvalue& v, const jcall& c) { return t_iterable(v, c); }
 bool t_callable(const jvalue& v, const jcall&) { return v.kind == jkind::CALLABLE; }
 bool t_sameas(const jvalue& v, const jcall& c) {
     jvalue o = targ(c);
@@ -441,7 +448,7 @@ bool t_sameas(const jvalue& v, const jcall& c) {
     if (v.fn) return v.fn == o.fn;
     return py_equal(v, o);
 }
-bool t_escaped(const jvalue&, const jcall&) { return false; }
+bool t_escaped(const jvalue& v, const jcall&) { return v.is_string() && v.markup; }
 int64_t int_mod(const jvalue& v, int64_t m) {
     jvalue r = jinja_binary("%", v, jvalue::integer(m));
     return r.kind == jkind::FLOAT ? (r.f == 0 ? 0 : 1) : r.i;

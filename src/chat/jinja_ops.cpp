@@ -1,10 +1,14 @@
 // Python object model for the engine: attribute/item lookup with jinja2's fallbacks, slicing,
 // iteration, `in`, arithmetic, and the str/dict/list methods templates call. Mutating methods
 // resolve to an undefined that fails when called, as in jinja2's ImmutableSandboxedEnvironment.
-// Case mapping is ASCII-only (non-goal: Unicode case tables).
+// Case mapping is ASCII-only (non-goal: Unicode case tables); str.format supports a spec subset.
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "chat/jinja_ast.h"
@@ -187,7 +191,135 @@ bool all_chars(const std::string& s, P pred) {
     return true;
 }
 
+// Python format-spec subset: [[fill]align][sign][0][width][,][.precision][type], type in
+// s d f F e E g G x X o % or none.
+std::string apply_spec(const jvalue& v, const std::string& spec) {
+    if (spec.empty()) return v.str();
+    size_t k = 0;
+    char fill = ' ', align = 0, sign = '-', type = 0;
+    bool zero = false, comma = false;
+    int64_t width = -1, prec = -1;
+    if (spec.size() >= 2 && strchr("<>^=", spec[1])) { fill = spec[0]; align = spec[1]; k = 2; }
+    else if (strchr("<>^=", spec[0])) { align = spec[0]; k = 1; }
+    if (k < spec.size() && strchr("+- ", spec[k])) sign = spec[k++];
+    if (k < spec.size() && spec[k] == '0') { zero = true; ++k; }
+    while (k < spec.size() && isdigit((unsigned char)spec[k])) width = std::max<int64_t>(width, 0) * 10 + (spec[k++] - '0');
+    if (k < spec.size() && spec[k] == ',') { comma = true; ++k; }
+    if (k < spec.size() && spec[k] == '.') {
+        prec = 0;
+        ++k;
+        while (k < spec.size() && isdigit((unsigned char)spec[k])) prec = prec * 10 + (spec[k++] - '0');
+    }
+    if (k < spec.size()) type = spec[k++];
+    if (k != spec.size() || (type && !strchr("sdfFeEgGxXo%", type)))
+        jinja_throw("unsupported format spec '" + spec + "'");
+    std::string body;
+    bool numeric = v.is_number();
+    if (!numeric || type == 's') {
+        if (type && type != 's') jinja_throw("Unknown format code '" + std::string(1, type) + "' for object of type '" + v.type_name() + "'");
+        body = v.str();
+        if (prec >= 0) body = utf8_encode(utf8_decode(body).substr(0, (size_t)prec));
+    } else {
+        bool is_float = v.kind == jkind::FLOAT || (type && strchr("fFeEgG%", type));
+        double x = v.kind == jkind::FLOAT ? v.f : (double)int_of(v);
+        char buf[512];
+        if (!is_float) {
+            if (type == 'f' || prec >= 0) jinja_throw("unsupported format spec '" + spec + "' for int");
+            int64_t i = int_of(v);
+            const char* f = type == 'x' ? "%llx" : type == 'X' ? "%llX" : type == 'o' ? "%llo" : "%lld";
+            snprintf(buf, sizeof buf, f, (long long)(i < 0 ? -i : i));
+            body = buf;
+        } else if (!type) {
+            if (prec >= 0) { snprintf(buf, sizeof buf, "%.*g", (int)std::max<int64_t>(prec, 1), std::fabs(x)); body = buf; }
+            else body = py_float_repr(std::fabs(x));
+        } else {
+            double y = type == '%' ? std::fabs(x) * 100 : std::fabs(x);
+            char t = type == '%' ? 'f' : type;
+            snprintf(buf, sizeof buf, (std::string("%.*") + t).c_str(), (int)(prec < 0 ? 6 : prec), y);
+            body = std::string(buf) + (type == '%' ? "%" : "");
+        }
+        if (comma) {
+            size_t e = body.find_first_not_of("0123456789");
+            if (e == std::string::npos) e = body.size();
+            for (int64_t p = (int64_t)e - 3; p > 0; p -= 3) body.insert((size_t)p, ",");
+        }
+        bool neg = v.kind == jkind::FLOAT ? std::signbit(x) : int_of(v) < 0;
+        std::string sg = neg ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+        if (zero && !align) { fill = '0'; align = '='; }
+        if (align == '=') {
+            int64_t pad = width - (int64_t)(sg.size() + body.size());
+            return sg + (pad > 0 ? std::string((size_t)pad, fill) : "") + body;
+        }
+        body = sg + body;
+    }
+    int64_t pad = width - (int64_t)utf8_decode(body).size();
+    if (pad <= 0) return body;
+    if (!align) align = numeric && type != 's' ? '>' : '<';
+    std::string f(1, fill);
+    auto rep = [&](int64_t n) { std::string r; for (int64_t i = 0; i < n; ++i) r += f; return r; };
+    if (align == '<') return body + rep(pad);
+    if (align == '>') return rep(pad) + body;
+    return rep(pad / 2) + body + rep(pad - pad / 2);
+}
+
+// str.format with positional/keyword fields, .attr/[key] lookups, !r/!s conversions and specs.
+std::string py_format(const std::string& fmt, const jcall& c) {
+    std::string out;
+    size_t auto_idx = 0;
+    for (size_t k = 0; k < fmt.size(); ++k) {
+        char ch = fmt[k];
+        if (ch == '}') {
+            if (k + 1 < fmt.size() && fmt[k + 1] == '}') { out += '}'; ++k; continue; }
+            jinja_throw("Single '}' encountered in format string");
+        }
+        if (ch != '{') { out += ch; continue; }
+        if (k + 1 < fmt.size() && fmt[k + 1] == '{') { out += '{'; ++k; continue; }
+        size_t e = fmt.find('}', k);
+        if (e == std::string::npos) jinja_throw("Single '{' encountered in format string");
+        std::string field = fmt.substr(k + 1, e - k - 1), spec, conv;
+        size_t colon = field.find(':');
+        if (colon != std::string::npos) { spec = field.substr(colon + 1); field.resize(colon); }
+        size_t bang = field.find('!');
+        if (bang != std::string::npos) { conv = field.substr(bang + 1); field.resize(bang); }
+        size_t stop = field.find_first_of(".[");
+        std::string head = field.substr(0, stop);
+        jvalue v;
+        if (head.empty()) {
+            if (auto_idx >= c.args.size()) jinja_throw("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
+            v = c.args[auto_idx++];
+        } else if (std::all_of(head.begin(), head.end(), ::isdigit)) {
+            size_t idx = std::stoul(head);
+            if (idx >= c.args.size()) jinja_throw("Replacement index " + head + " out of range for positional args tuple");
+            v = c.args[idx];
+        } else {
+            v = c.arg(SIZE_MAX, head.c_str());
+            if (v.is_undefined()) jinja_throw("'" + head + "'");
+        }
+        for (size_t p = stop; p != std::string::npos && p < field.size();) {
+            if (field[p] == '.') {
+                size_t q = field.find_first_of(".[", p + 1);
+                v = jinja_getattr(v, field.substr(p + 1, q == std::string::npos ? std::string::npos : q - p - 1));
+                p = q;
+            } else {
+                size_t q = field.find(']', p);
+                if (q == std::string::npos) jinja_throw("Missing ']' in format string");
+                std::string key = field.substr(p + 1, q - p - 1);
+                bool digits = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
+                v = jinja_getitem(v, digits ? jvalue::integer(std::stoll(key)) : jvalue::string(key));
+                p = q + 1;
+            }
+        }
+        if (conv == "r" || conv == "a") v = jvalue::string(v.repr());
+        else if (conv == "s") v = jvalue::string(v.str());
+        else if (!conv.empty()) jinja_throw("Unknown conversion specifier " + conv);
+        out += apply_spec(v, spec);
+        k = e;
+    }
+    return out;
+}
+
 jvalue str_method(const std::string& s, const std::string& m, const jcall& c) {
+    if (m == "format") return jvalue::string(py_format(s, c));
     if (m == "strip" || m == "lstrip" || m == "rstrip")
         return jvalue::string(py_strip(s, c.arg(0, "chars", jvalue::none()), m != "rstrip", m != "lstrip"));
     if (m == "split" || m == "rsplit") {
@@ -269,7 +401,8 @@ jvalue str_method(const std::string& s, const std::string& m, const jcall& c) {
 const std::set<std::string> k_str_methods = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower", "title",
     "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "splitlines",
-    "removeprefix", "removesuffix", "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper"};
+    "removeprefix", "removesuffix", "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper",
+    "format"};
 const std::set<std::string> k_dict_methods = {"items", "keys", "values", "get"};
 const std::set<std::string> k_dict_unsafe = {"update", "pop", "popitem", "setdefault", "clear"};
 const std::set<std::string> k_list_methods = {"index", "count"};
@@ -395,7 +528,8 @@ jvalue jinja_slice(const jvalue& obj, const jvalue& start, const jvalue& stop, c
     std::u32string u;
     bool is_str = obj.is_string();
     if (is_str) u = utf8_decode(obj.s);
-    else if (!obj.is_sequence()) jinja_throw("'" + obj.type_name() + "' object is not subscriptable");
+    else if (!obj.is_sequence())  // jinja2's getitem turns the TypeError into an undefined
+        return jvalue::undefined("'" + obj.type_name() + " object' has no element slice");
     int64_t n = is_str ? (int64_t)u.size() : (int64_t)obj.list->size();
     auto clamp = [&](bool has, int64_t v, int64_t def) {
         if (!has) return def;
@@ -419,6 +553,11 @@ jlist jinja_iterate(const jvalue& v) {
     switch (v.kind) {
         case jkind::UNDEFINED: return {};
         case jkind::LIST: case jkind::TUPLE: return *v.list;
+        case jkind::GENERATOR: {
+            jlist out = std::move(*v.list);
+            v.list->clear();
+            return out;
+        }
         case jkind::DICT: {
             jlist out;
             for (auto& kv : v.dict->items) out.push_back(kv.first);
@@ -449,6 +588,16 @@ bool jinja_contains(const jvalue& container, const jvalue& item) {
                 if (py_equal(x, item)) return true;
             return false;
         case jkind::DICT: return container.dict->find(item) != nullptr;
+        case jkind::GENERATOR: {  // consumes up to and including the match
+            jlist& l = *container.list;
+            for (size_t k = 0; k < l.size(); ++k) {
+                if (!py_equal(l[k], item)) continue;
+                l.erase(l.begin(), l.begin() + (std::ptrdiff_t)k + 1);
+                return true;
+            }
+            l.clear();
+            return false;
+        }
         default: jinja_throw("argument of type '" + container.type_name() + "' is not iterable");
     }
 }
@@ -477,7 +626,10 @@ jvalue jinja_binary(const std::string& op, const jvalue& a, const jvalue& b) {
             return checked(ovf, r);
         }
         if (nums) return jvalue::floating(x + y);
-        if (a.is_string() && b.is_string()) return jvalue::string(a.s + b.s);
+        if (a.is_string() && b.is_string()) {
+            if (!a.markup && !b.markup) return jvalue::string(a.s + b.s);
+            return markup_string((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
+        }
         if (a.kind == b.kind && a.is_sequence()) {
             jlist items = *a.list;
             items.insert(items.end(), b.list->begin(), b.list->end());
@@ -509,7 +661,7 @@ jvalue jinja_binary(const std::string& op, const jvalue& a, const jvalue& b) {
         if (seq->is_string()) {
             std::string out;
             for (int64_t k = 0; k < n; ++k) out += seq->s;
-            return jvalue::string(out);
+            return seq->markup ? markup_string(out) : jvalue::string(out);
         }
         jlist items;
         for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq->list->begin(), seq->list->end());

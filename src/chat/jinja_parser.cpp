@@ -1,6 +1,7 @@
 // Recursive-descent parser for the Jinja subset; grammar and precedence follow jinja2/parser.py
 // (condexpr > or > and > not > compare > + - > ~ > * / // % > ** > unary > postfix/filters/tests).
-// Unknown filters/tests and unknown tags are reported at parse time, as jinja2 does at compile.
+// Unknown tags are reported at parse time; unknown filters/tests too, except inside if-statements
+// and inline if-expressions, where jinja2 (3.x "soft frames") defers the error to run time.
 #include <set>
 
 #include "chat/jinja_ast.h"
@@ -374,7 +375,6 @@ struct parser {
         size_t pos = cur().pos;
         std::string name = expect_name();
         while (is_op(".")) { ++i; name += "." + expect_name(); }
-        if (!jinja_has_filter(name)) fail_at(pos, "unknown filter '" + name + "'");
         jexpr_ptr n = node(jexpr_kind::FILTER, pos);
         n->name = name;
         n->args.push_back(std::move(e));
@@ -389,7 +389,6 @@ struct parser {
         size_t pos = cur().pos;
         std::string name = expect_name();
         while (is_op(".")) { ++i; name += "." + expect_name(); }
-        if (!jinja_has_test(name)) fail_at(pos, "unknown test '" + name + "'");
         jexpr_ptr n = node(jexpr_kind::TEST, pos);
         n->name = name;
         n->negated = negated;
@@ -608,11 +607,43 @@ struct parser {
     }
 };
 
+// jinja2's compiler checks filter/test names unless the frame is "soft": the test and bodies of
+// an if-statement and all parts of an inline if-expression (loops and macros start hard again).
+void check_names(const jsource& src, const jexpr* e, bool soft) {
+    if (!e) return;
+    bool child_soft = soft || e->kind == jexpr_kind::COND;
+    if (!soft && e->kind == jexpr_kind::FILTER && !jinja_has_filter(e->name))
+        jinja_error_at(src, e->pos, "unknown filter '" + e->name + "'");
+    if (!soft && e->kind == jexpr_kind::TEST && !jinja_has_test(e->name))
+        jinja_error_at(src, e->pos, "unknown test '" + e->name + "'");
+    for (auto& a : e->args) check_names(src, a.get(), child_soft);
+    for (auto& kw : e->kwargs) check_names(src, kw.second.get(), child_soft);
+}
+
+void check_names(const jsource& src, const jbody& body, bool soft) {
+    for (auto& s : body) {
+        check_names(src, s->expr.get(), soft);
+        check_names(src, s->target.get(), soft);
+        for (auto& p : s->params) check_names(src, p.second.get(), false);
+        if (s->kind == jstmt_kind::IF) {
+            for (auto& br : s->branches) {
+                check_names(src, br.first.get(), true);
+                check_names(src, br.second, true);
+            }
+            continue;
+        }
+        check_names(src, s->cond.get(), false);
+        check_names(src, s->body, false);
+        check_names(src, s->else_body, false);
+    }
+}
+
 }  // namespace
 
 jbody jinja_parse(const jsource& src) {
     parser p{src, jinja_lex(src)};
     jbody body = p.parse_body({});
+    check_names(src, body, false);
     return body;
 }
 

@@ -22,6 +22,9 @@ jvalue jvalue::make_list(jlist items) {
 jvalue jvalue::make_tuple(jlist items) {
     jvalue v; v.kind = jkind::TUPLE; v.list = std::make_shared<jlist>(std::move(items)); return v;
 }
+jvalue jvalue::make_generator(jlist items) {
+    jvalue v; v.kind = jkind::GENERATOR; v.list = std::make_shared<jlist>(std::move(items)); return v;
+}
 jvalue jvalue::make_dict() { jvalue v; v.kind = jkind::DICT; v.dict = std::make_shared<jdict>(); return v; }
 jvalue jvalue::make_namespace() {
     jvalue v; v.kind = jkind::NAMESPACE; v.dict = std::make_shared<jdict>(); return v;
@@ -29,6 +32,27 @@ jvalue jvalue::make_namespace() {
 jvalue jvalue::callable(std::string name, jfunction fn) {
     jvalue v; v.kind = jkind::CALLABLE;
     v.fn = std::make_shared<jfunc>(jfunc{std::move(name), std::move(fn)});
+    return v;
+}
+
+std::string html_escape(const std::string& s) {
+    std::string out;
+    for (char ch : s) {
+        switch (ch) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&#34;"; break;
+            case '\'': out += "&#39;"; break;
+            default: out += ch;
+        }
+    }
+    return out;
+}
+
+jvalue markup_string(std::string s) {
+    jvalue v = jvalue::string(std::move(s));
+    v.markup = true;
     return v;
 }
 
@@ -46,7 +70,7 @@ bool jvalue::truthy() const {
         case jkind::STRING: return !s.empty();
         case jkind::LIST: case jkind::TUPLE: return !list->empty();
         case jkind::DICT: return !dict->items.empty();
-        case jkind::NAMESPACE: case jkind::CALLABLE: return true;
+        case jkind::NAMESPACE: case jkind::CALLABLE: case jkind::GENERATOR: return true;
     }
     return false;
 }
@@ -64,6 +88,7 @@ std::string jvalue::type_name() const {
         case jkind::DICT: return "dict";
         case jkind::NAMESPACE: return "Namespace";
         case jkind::CALLABLE: return "function";
+        case jkind::GENERATOR: return "generator";
     }
     return "object";
 }
@@ -228,6 +253,7 @@ std::string jvalue::repr() const {
             return out + (kind == jkind::NAMESPACE ? "}>" : "}");
         }
         case jkind::CALLABLE: return "<function " + fn->name + ">";
+        case jkind::GENERATOR: return "<generator object>";
     }
     return "";
 }
@@ -264,6 +290,7 @@ bool py_equal(const jvalue& a, const jvalue& b) {
             return true;
         }
         case jkind::NAMESPACE: return a.dict == b.dict;
+        case jkind::GENERATOR: return a.list == b.list;
         case jkind::CALLABLE: return a.fn == b.fn;
         default: return false;
     }

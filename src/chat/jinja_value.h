@@ -1,7 +1,8 @@
 // Dynamic value of the Jinja-subset engine, with Python semantics: str()/repr() like CPython
 // (True/None/1.0/{'a': 1}), truthiness, ==, ordering, and json.dumps-compatible tojson.
 // Invariant: lists, dicts and namespaces are shared by reference (like Python objects); dicts keep
-// insertion order. Does not model Markup/autoescape, big integers (int is int64) or sets.
+// insertion order. Markup is a flag on strings (kept by + and a few filters; str methods drop it).
+// Does not model autoescape, big integers (int is int64) or sets.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,7 +20,9 @@ struct jcall;
 using jlist = std::vector<jvalue>;
 using jfunction = std::function<jvalue(jcall&)>;
 
-enum class jkind { UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, LIST, TUPLE, DICT, NAMESPACE, CALLABLE };
+// GENERATOR models the lazy iterators jinja2 filters return (map, select, items, unique, reverse):
+// always truthy, no len(), not JSON-serializable, and consumed by iteration (single use).
+enum class jkind { UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, LIST, TUPLE, DICT, NAMESPACE, CALLABLE, GENERATOR };
 
 struct jdict;
 struct jfunc { std::string name; jfunction fn; };
@@ -27,10 +30,11 @@ struct jfunc { std::string name; jfunction fn; };
 struct jvalue {
     jkind kind = jkind::UNDEFINED;
     bool b = false;
+    bool markup = false;  // STRING marked safe (|safe, |escape): `+` escapes the other operand
     int64_t i = 0;
     double f = 0.0;
     std::string s;  // STRING: text (UTF-8); UNDEFINED: the error hint ("'x' is undefined")
-    std::shared_ptr<jlist> list;  // LIST, TUPLE
+    std::shared_ptr<jlist> list;  // LIST, TUPLE, GENERATOR (remaining items)
     std::shared_ptr<jdict> dict;  // DICT, NAMESPACE
     std::shared_ptr<jfunc> fn;    // CALLABLE
 
@@ -43,6 +47,7 @@ struct jvalue {
     static jvalue string(std::string v);
     static jvalue make_list(jlist items = {});
     static jvalue make_tuple(jlist items);
+    static jvalue make_generator(jlist items);
     static jvalue make_dict();
     static jvalue make_namespace();
     static jvalue callable(std::string name, jfunction fn);
@@ -88,6 +93,8 @@ void jinja_check_defined(const jvalue& v);
 bool py_equal(const jvalue& a, const jvalue& b);
 int py_compare(const jvalue& a, const jvalue& b);  // <0, 0, >0; throws on unorderable types
 std::string py_float_repr(double d);
+std::string html_escape(const std::string& s);  // markupsafe.escape: & < > " '
+jvalue markup_string(std::string s);
 std::string py_str_repr(const std::string& s);
 
 // json.dumps(v, ensure_ascii=false, indent=indent (<0: none), separators default, sort_keys).

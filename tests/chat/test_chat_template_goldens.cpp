@@ -1,4 +1,4 @@
-// Real chat templates (SmolLM2, Llama-3.1/3.2, Qwen2.5, Qwen3, gpt-oss, Nemotron-Nano-v2) rendered
+// Real chat templates (SmolLM2, Llama-3.1/3.2, Qwen2.5/3/3.5, gpt-oss, Nemotron, DeepSeek, ...) rendered
 // over conversations by transformers' render_jinja_template (tools/gen_template_goldens.py ->
 // tests/data/templates/goldens_chat.json). Byte-exact, or an error where Python raised one.
 #include <fstream>
@@ -48,18 +48,21 @@ class chat_golden : public ::testing::TestWithParam<size_t> {};
 
 TEST(chat_golden_file, loaded) {
     ASSERT_TRUE(goldens().contains("cases")) << "missing tests/data/templates/goldens_chat.json";
-    EXPECT_GE(goldens()["cases"].size(), 200u);
+    EXPECT_GE(goldens()["cases"].size(), 600u);
+    EXPECT_GE(goldens()["templates"].size(), 19u);
 }
 
 TEST_P(chat_golden, matches_transformers) {
     const ojson& c = goldens()["cases"][GetParam()];
+    const ojson& conv = goldens()["conversations"][c["conversation"].get<std::string>()];
+    const ojson& tokens = goldens()["templates"][c["template"].get<std::string>()];
     chat_template_inputs in;
-    in.messages = c["messages"];
-    in.tools = c["tools"];
+    in.messages = conv["messages"];
+    in.tools = conv["tools"];
     in.add_generation_prompt = c["add_generation_prompt"].get<bool>();
-    if (c["bos_token"].is_string()) in.bos_token = c["bos_token"].get<std::string>();
-    if (c["eos_token"].is_string()) in.eos_token = c["eos_token"].get<std::string>();
-    in.kwargs = c["kwargs"];
+    if (tokens["bos_token"].is_string()) in.bos_token = tokens["bos_token"].get<std::string>();
+    if (tokens["eos_token"].is_string()) in.eos_token = tokens["eos_token"].get<std::string>();
+    in.kwargs = conv["kwargs"];
     std::tm tm{};
     tm.tm_year = 2024 - 1900; tm.tm_mon = 6; tm.tm_mday = 26;
     tm.tm_hour = 13; tm.tm_min = 45; tm.tm_sec = 7;
