@@ -18,7 +18,6 @@ import fnmatch
 import json
 import os
 import re
-import shutil
 import struct
 import sys
 
