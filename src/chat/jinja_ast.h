@@ -99,5 +99,8 @@ jlist jinja_iterate(const jvalue& v);
 bool jinja_contains(const jvalue& container, const jvalue& item);
 jvalue jinja_binary(const std::string& op, const jvalue& a, const jvalue& b);
 std::string py_strip(const std::string& s, const jvalue& chars, bool left, bool right);
+// Python str methods (jinja_str.cpp).
+bool jinja_is_str_method(const std::string& name);
+jvalue jinja_str_method(const std::string& s, const std::string& m, const jcall& c);
 
 }  // namespace tetra

@@ -448,7 +448,13 @@ jinja_template::jinja_template(const std::string& source, std::string name)
     : impl_(std::make_unique<jbody_holder>()) {
     impl_->src.name = std::move(name);
     impl_->src.text = jinja_normalize_source(source);
-    impl_->body = jinja_parse(impl_->src);
+    try {
+        impl_->body = jinja_parse(impl_->src);
+    } catch (const tetra::error&) {
+        throw;
+    } catch (const std::exception& e) {
+        TETRA_FAIL("%s: parse failed: %s", impl_->src.name.c_str(), e.what());
+    }
 }
 jinja_template::~jinja_template() = default;
 jinja_template::jinja_template(jinja_template&&) noexcept = default;
@@ -464,7 +470,15 @@ std::string jinja_template::render(const jvalue& context, const jinja_render_opt
     std::string result;
     renderer r{impl_->src, opts};
     r.out = &result;
-    r.exec(impl_->body, top);
+    try {
+        r.exec(impl_->body, top);
+    } catch (const tetra::error&) {
+        throw;
+    } catch (const jinja_fail& f) {  // safety net: every jinja_fail should have been located
+        TETRA_FAIL("%s: %s", impl_->src.name.c_str(), f.msg.c_str());
+    } catch (const std::exception& e) {  // safety net: library exceptions become input errors
+        TETRA_FAIL("%s: render failed: %s", impl_->src.name.c_str(), e.what());
+    }
     return result;
 }
 

@@ -13,10 +13,23 @@ namespace {
 const std::set<std::string> k_stmt_ends = {"endif", "elif", "else", "endfor", "endset", "endmacro",
                                            "endcall", "endfilter", "endgeneration"};
 
+// Nesting limit for expressions and blocks: keeps hostile templates from overflowing the stack
+// (parser and evaluator recurse per level).
+constexpr int k_max_nesting = 200;
+
 struct parser {
     const jsource& src;
     std::vector<jtoken> toks;
     size_t i = 0;
+    int depth = 0;
+
+    struct nest_guard {
+        parser& p;
+        explicit nest_guard(parser& pp) : p(pp) {
+            if (++p.depth > k_max_nesting) p.fail("template nesting too deep (more than 200 levels)");
+        }
+        ~nest_guard() { --p.depth; }
+    };
 
     const jtoken& cur() const { return toks[i]; }
     const jtoken& peek(size_t n = 1) const { return toks[std::min(i + n, toks.size() - 1)]; }
@@ -176,6 +189,7 @@ struct parser {
         return e;
     }
     jexpr_ptr parse_unary(bool with_filter = true) {
+        nest_guard guard(*this);
         jexpr_ptr e;
         if (is_op("-") || is_op("+")) {
             jexpr_kind k = is_op("-") ? jexpr_kind::NEG : jexpr_kind::POS;
@@ -461,6 +475,7 @@ struct parser {
     }
 
     std::unique_ptr<jstmt> parse_statement() {
+        nest_guard guard(*this);
         size_t pos = cur().pos;
         std::string tag = toks[i++].text;
         if (tag == "if") return parse_if(pos);
