@@ -148,10 +148,8 @@ uint64_t crossing(const C* a, size_t n, uint64_t kmin, uint64_t kmax, std::vecto
         }
         size_t m = 0;
         C* out = buf.data();
-        for (size_t i = 0; i < n; ++i) {
-            out[m] = a[i];
-            m += ((a[i].key >> sh) & mask) == b;
-        }
+        for (size_t i = 0; i < n; ++i)  // one bucket of many: the branch is well predicted
+            if (((a[i].key >> sh) & mask) == b) out[m++] = a[i];
         a = out;
         n = m;
         shift -= digit;
@@ -304,9 +302,12 @@ void sampler::filter(float* x, int32_t n, const sampling_params& p) {
             uint64_t cut = crossing(c, nc, kmin, kmax, scratch_, t - 1);
             kmin = cut;
             size_t j = 0;
+            total = 0;
             for (size_t k = 0; k < nc; ++k) {  // branch-free: the kept ids are scattered
                 c[j] = c[k];
-                j += c[k].key >= cut;
+                bool keep = c[k].key >= cut;
+                j += keep;
+                total += keep ? c[k].q : 0;
             }
             nc = j;
         }
@@ -314,13 +315,17 @@ void sampler::filter(float* x, int32_t n, const sampling_params& p) {
     // step 8: min-p
     if (p.min_p > 0.0f) {
         size_t j = 0;
+        total = 0;
         for (size_t k = 0; k < nc; ++k) {
             c[j] = c[k];
-            j += w[key_id(c[k].key)] >= p.min_p;
+            bool keep = w[key_id(c[k].key)] >= p.min_p;
+            j += keep;
+            total += keep ? c[k].q : 0;
         }
         nc = j;  // a subset: the key bounds still hold
     }
     n_cands_ = nc;
+    total_ = total;
     kmin_ = kmin;
     kmax_ = kmax;
 }
@@ -369,8 +374,7 @@ sample_result sampler::sample(float* logits, int32_t n_vocab, const sampling_par
                     n_vocab);
     } else {
         filter(logits, n_vocab, p);
-        uint64_t total = 0;
-        for (size_t i = 0; i < n_cands_; ++i) total += cands_[i].q;
+        const uint64_t total = total_;
         TETRA_ASSERT(total > 0);  // the max token has q = 2^40 and survives every filter
         uint64_t u53 = sampler_random_bits(seed, step) >> 11;
         uint64_t r = uint64_t((u128(u53) * total) >> 53);
