@@ -276,7 +276,7 @@ TEST(backend_ops, silu_mul_and_add) {
     rng r(6);
     for (dtype t : {dtype::F32, dtype::BF16, dtype::F16})
         for (int64_t rows : {1, 3})
-            for (int64_t n : {1, 7, 1536}) {
+            for (int64_t n : {1, 7, 1536, 20001}) {  // 3 × 20001 spans several 16384-element chunks
                 std::string vars = std::string("act=") + dn(t) + " rows=" + std::to_string(rows) + " n=" + std::to_string(n);
                 tensor g = random_tensor(r, t, {rows, n}, 4.0), u = random_tensor(r, t, {rows, n});
                 auto gv = to_double(g), uv = to_double(u);
@@ -298,7 +298,7 @@ TEST(backend_ops, silu_mul_and_add) {
                     EXPECT_EQ(compare(to_double(out.view), aref, tol_for(t)), "") << k.name << " " << vars;
                 });
             }
-    expect_all_ran("silu_mul", ran_s, 10);
+    expect_all_ran("silu_mul", ran_s, 12);
     expect_all_ran("add", ran_a, 10);
     // NaN/Inf propagate element-wise: silu(NaN) = NaN, silu(+Inf)·1 = +Inf, silu(1)·Inf = +Inf.
     tensor g = make_tensor(dtype::F32, {4}, {NAN, INFINITY, -2.0, 1.0});

@@ -4,6 +4,7 @@
 // plain CPU kernel; kernel names are the file stems under src/backend/cpu/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -205,21 +206,26 @@ TEST(registry, launch_calls_the_selected_kernel) {
     EXPECT_EQ(g_launched, 1);
 }
 
-// The real tables: every op of the interface has a plain CPU kernel that is always eligible,
-// names are unique and each CPU kernel lives in src/backend/cpu/<name>.cpp.
+// The real tables: every op of the interface (and any op added since) has a plain CPU kernel
+// <op>_cpu that is always eligible; names are unique; each CPU kernel lives in
+// src/backend/cpu/<name>.cpp.
 TEST(registry, cpu_tables) {
     kernel_registry& r = kernel_registry::instance();
-    const char* ops[] = {"get_rows", "rms_norm", "add_rms_norm", "rope", "kv_store", "attention", "matmul_dense",
-                         "matmul_nvfp4_w4a16", "matmul_nvfp4_w4a4", "silu_mul", "add", "argmax", "cast"};
+    const char* interface_ops[] = {"get_rows", "rms_norm", "add_rms_norm", "rope", "kv_store", "attention",
+                                   "matmul_dense", "matmul_nvfp4_w4a16", "matmul_nvfp4_w4a4", "silu_mul", "add",
+                                   "argmax", "cast"};
+    std::vector<std::string> ops = r.ops();
+    for (const char* op : interface_ops)
+        EXPECT_TRUE(std::count(ops.begin(), ops.end(), op)) << "op " << op << " has no table";
     std::set<std::string> names;
-    for (const char* op : ops) {
+    for (const std::string& op : ops) {
         auto ks = r.kernels(op);
         ASSERT_FALSE(ks.empty()) << op;
         bool plain = false;
         for (const kernel_entry* k : ks) {
             EXPECT_TRUE(names.insert(k->name).second) << k->name;
             EXPECT_EQ(k->op, op);
-            plain |= k->name == std::string(op) + "_cpu";
+            plain |= k->name == op + "_cpu";
             if (k->req.device != device_kind::CPU) continue;
             std::ifstream f(std::string(TETRA_SOURCE_DIR) + "/src/backend/cpu/" + k->name + ".cpp");
             EXPECT_TRUE(f.good()) << "kernel " << k->name << " has no file src/backend/cpu/" << k->name << ".cpp";
@@ -228,7 +234,6 @@ TEST(registry, cpu_tables) {
                 << k->name;
         }
         EXPECT_TRUE(plain) << op << " has no plain kernel " << op << "_cpu";
-        EXPECT_EQ(kernel_rejection(*r.find(std::string(op) + "_cpu"), cpu_device_info(), nullptr), "") << op;
+        if (plain) EXPECT_EQ(kernel_rejection(*r.find(op + "_cpu"), cpu_device_info(), nullptr), "") << op;
     }
-    EXPECT_EQ(r.ops().size(), sizeof(ops) / sizeof(ops[0]));
 }

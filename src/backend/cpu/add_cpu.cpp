@@ -8,7 +8,7 @@ namespace cpu {
 // a, b, out: same shape act (flattened)
 static void add_cpu(backend&, const add_args& a) {
     dtype t = a.a.type;
-    parallel_for(a.a.numel(), [&](int64_t b, int64_t e) {
+    parallel_for_grain(a.a.numel(), 16384, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) act_store(a.out.data, t, i, act_load(a.a.data, t, i) + act_load(a.b.data, t, i));
     });
 }

@@ -55,10 +55,11 @@ static void attention_cpu(backend&, const attention_args& a) {
     const int32_t* bt = m.block_tables.ptr<int32_t>();
     parallel_for(n_tokens * n_head, [&](int64_t wb, int64_t we) {
         std::vector<float> q(static_cast<size_t>(head_dim)), acc(static_cast<size_t>(head_dim)), scores;
+        std::vector<float> row(static_cast<size_t>(head_dim));
         for (int64_t w = wb; w < we; ++w) {
             int64_t t = w / n_head, h = w % n_head, kvh = h / group, s = seq_of[size_t(t)];
             int64_t p = pos[t], lo = a.sliding_window > 0 ? std::max<int64_t>(0, p - a.sliding_window + 1) : 0;
-            for (int64_t d = 0; d < head_dim; ++d) q[size_t(d)] = act_load(a.q.data, a.q.type, w * head_dim + d);
+            act_load_row(a.q.data, a.q.type, w * head_dim, head_dim, q.data());
             auto kv_off = [&](int64_t j) {
                 int64_t slot = int64_t(bt[s * max_blocks + j / bs]) * bs + j % bs;
                 return (slot * n_head_kv + kvh) * head_dim;
@@ -66,10 +67,9 @@ static void attention_cpu(backend&, const attention_args& a) {
             scores.assign(size_t(p - lo + 1), 0.0f);
             float mx = -INFINITY;
             for (int64_t j = lo; j <= p; ++j) {
-                int64_t off = kv_off(j);
+                act_load_row(a.k_cache.data, a.k_cache.type, kv_off(j), head_dim, row.data());
                 float dot = 0.0f;
-                for (int64_t d = 0; d < head_dim; ++d)
-                    dot += q[size_t(d)] * act_load(a.k_cache.data, a.k_cache.type, off + d);
+                for (int64_t d = 0; d < head_dim; ++d) dot += q[size_t(d)] * row[size_t(d)];
                 float sc = dot * a.scale;
                 scores[size_t(j - lo)] = sc;
                 if (sc > mx) mx = sc;
@@ -78,10 +78,9 @@ static void attention_cpu(backend&, const attention_args& a) {
             for (float& sc : scores) sum += (sc = std::exp(sc - mx));
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t j = lo; j <= p; ++j) {
-                int64_t off = kv_off(j);
+                act_load_row(a.v_cache.data, a.v_cache.type, kv_off(j), head_dim, row.data());
                 float pj = scores[size_t(j - lo)];
-                for (int64_t d = 0; d < head_dim; ++d)
-                    acc[size_t(d)] += pj * act_load(a.v_cache.data, a.v_cache.type, off + d);
+                for (int64_t d = 0; d < head_dim; ++d) acc[size_t(d)] += pj * row[size_t(d)];
             }
             for (int64_t d = 0; d < head_dim; ++d) act_store(a.out.data, a.out.type, w * head_dim + d, acc[size_t(d)] / sum);
         }

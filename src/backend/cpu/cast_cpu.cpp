@@ -8,7 +8,7 @@ namespace cpu {
 
 // src, out: same numel, f32|bf16|f16 each
 static void cast_cpu(backend&, const cast_args& a) {
-    parallel_for(a.src.numel(), [&](int64_t b, int64_t e) {
+    parallel_for_grain(a.src.numel(), 16384, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) act_store(a.out.data, a.out.type, i, act_load(a.src.data, a.src.type, i));
     });
 }

@@ -2,10 +2,12 @@
 // fast kernels that live in their own files (the op file adds them to its table), and scalar
 // load/store helpers for f32|bf16|f16 activations. Not part of the backend interface.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/ops.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 
 namespace tetra {
 namespace cpu {
@@ -59,6 +61,35 @@ inline void act_store(void* p, dtype t, int64_t i, float v) {
         case dtype::F32: static_cast<float*>(p)[i] = v; break;
         case dtype::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
         default: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
+    }
+}
+
+// parallel_for over [0, n) in chunks of at least `grain` items: element-wise ops on a decode step
+// (a few thousand elements) are cheaper than waking the pool.
+template <class F>
+void parallel_for_grain(int64_t n, int64_t grain, const F& fn) {
+    int64_t chunks = (n + grain - 1) / grain;
+    parallel_for(chunks, [&](int64_t cb, int64_t ce) { fn(cb * grain, std::min(n, ce * grain)); });
+}
+
+// dst[i] = value of element off + i of p (dtype t), i < n: one dtype switch per row (exact).
+inline void act_load_row(const void* p, dtype t, int64_t off, int64_t n, float* dst) {
+    switch (t) {
+        case dtype::F32: {
+            const float* f = static_cast<const float*>(p) + off;
+            for (int64_t i = 0; i < n; ++i) dst[i] = f[i];
+            break;
+        }
+        case dtype::BF16: {
+            const uint16_t* h = static_cast<const uint16_t*>(p) + off;
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+            break;
+        }
+        default: {
+            const uint16_t* h = static_cast<const uint16_t*>(p) + off;
+            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+            break;
+        }
     }
 }
 

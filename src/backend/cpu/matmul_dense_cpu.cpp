@@ -11,13 +11,15 @@ namespace cpu {
 // x: [M, K] act; w.dense: [N, K] bf16|f16|f32; out: [M, N] act
 static void matmul_dense_cpu(backend&, const matmul_args& a) {
     const tensor& wd = a.w->dense;
+    std::vector<float> x(static_cast<size_t>(a.m * a.k));
+    act_load_row(a.x.data, a.x.type, 0, a.m * a.k, x.data());
     parallel_for(a.n, [&](int64_t b, int64_t e) {
-        std::vector<float> row(size_t(a.k));
+        std::vector<float> row(static_cast<size_t>(a.k));
         for (int64_t n = b; n < e; ++n) {
-            for (int64_t k = 0; k < a.k; ++k) row[size_t(k)] = act_load(wd.data, wd.type, n * a.k + k);
+            act_load_row(wd.data, wd.type, n * a.k, a.k, row.data());
             for (int64_t m = 0; m < a.m; ++m) {
                 float acc = 0.0f;
-                for (int64_t k = 0; k < a.k; ++k) acc += act_load(a.x.data, a.x.type, m * a.k + k) * row[size_t(k)];
+                for (int64_t k = 0; k < a.k; ++k) acc += x[size_t(m * a.k + k)] * row[size_t(k)];
                 act_store(a.out.data, a.out.type, m * a.n + n, acc);
             }
         }

@@ -14,13 +14,15 @@ void nvfp4_matmul_plain(const void* x, dtype xt, int64_t m_rows, const linear_we
     int64_t n_out = w.n_out, k_in = w.n_in;
     const uint8_t* codes = w.codes.ptr<uint8_t>();
     const uint8_t* scales = static_cast<const uint8_t*>(w.scales.data);
+    std::vector<float> xf(static_cast<size_t>(m_rows * k_in));
+    act_load_row(x, xt, 0, m_rows * k_in, xf.data());
     parallel_for(n_out, [&](int64_t b, int64_t e) {
         std::vector<float> row(static_cast<size_t>(k_in));
         for (int64_t n = b; n < e; ++n) {
             nvfp4_dequantize_row(codes + n * (k_in / 2), scales + n * (k_in / 16), w.scale_global, k_in, row.data());
             for (int64_t m = 0; m < m_rows; ++m) {
                 float acc = 0.0f;
-                for (int64_t k = 0; k < k_in; ++k) acc += act_load(x, xt, m * k_in + k) * row[size_t(k)];
+                for (int64_t k = 0; k < k_in; ++k) acc += xf[size_t(m * k_in + k)] * row[size_t(k)];
                 act_store(out.data, out.type, m * n_out + n, acc);
             }
         }

@@ -10,7 +10,7 @@ namespace cpu {
 // gate, up, out: [n_rows, n_ff] act (flattened)
 static void silu_mul_cpu(backend&, const silu_mul_args& a) {
     dtype t = a.gate.type;
-    parallel_for(a.gate.numel(), [&](int64_t b, int64_t e) {
+    parallel_for_grain(a.gate.numel(), 16384, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             float g = act_load(a.gate.data, t, i);
             float s = g / (1.0f + std::exp(-g));
