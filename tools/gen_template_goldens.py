@@ -348,6 +348,20 @@ FEATURES = [
     # Markup (no autoescape): |safe and |e mark strings; `+` with a Markup escapes the other side
     ("markup_concat", "{{ 'a<'|safe + '<b>' }} {{ '<x>' + '&'|safe }} {{ ('q'|safe + d | tojson) }} {{ '<'|safe ~ '<' }}"),
     ("markup_escape_idempotent", "{{ '<a>'|e|e }} {{ ('<'|e + '>') }} {{ '<'|e is escaped }} {{ '<' is escaped }} {{ ('x'|safe|trim + '\"') }}"),
+    # assorted corners
+    ("call_block_args", "{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
+                        "{% call(item) each(lst) %}<{{ item }}>{% endcall %}"),
+    ("namespace_from_dict", "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }} {{ ns }}"),
+    ("tojson_tuple_nested", "{{ (1, 'a', [none, true]) | tojson }} {{ {'k': (1,)} | tojson(indent=1) }}"),
+    ("int_bases", "{{ '0x1A' | int(0, 16) }} {{ '1A' | int(base=16) }} {{ ' 12 ' | int }} {{ '1_000' | int }} {{ true | int }} {{ '-3.9' | int }}"),
+    ("sameas_and_none_tests", "{{ nil is sameas none }} {{ t is sameas true }} {{ 1 is sameas 1 }} {{ lst is sameas lst }}"),
+    ("loop_over_dictsort", "{% for k, v in d | dictsort %}{{ k }}={{ v }} {% endfor %}"),
+    ("nested_loop_outer_ref", "{% for a in lst %}{% set outer = loop %}{% for b in [0] %}{{ outer.index }}{{ loop.index }} {% endfor %}{% endfor %}"),
+    ("string_escapes_more", "{{ 'a\\b' }}|{{ 'q\\'' }}|{{ \"it's\" }}|{{ '\\u0041\\x42' }}|{{ 'line\\\ncont' }}"),
+    ("compare_mixed_eq", "{{ 1 == true }} {{ 0 == false }} {{ 1.0 == 1 }} {{ 'a' == ['a'] }} {{ none == none }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }}"),
+    ("in_dict_list_str", "{{ 'ro' in msgs[0].role }} {{ {'role': 'user', 'content': 'hi'} in msgs }} {{ 'role' in msgs[0] }} {{ '' in s }}"),
+    ("slice_negative_steps", "{{ lst[-1:0:-1] }} {{ lst[::-2] }} {{ 'abcdef'[4:1:-2] }} {{ lst[-100:100] }} {{ ''[::-1] }}"),
+    ("filter_chain_whitespace", "{{- '  x  ' | trim | upper -}}\n  {{- lst | map('string') | join('-') -}}"),
     # undefined semantics
     ("undefined_print", "[{{ x }}][{{ d.zz }}][{{ lst[10] }}][{{ x | length }}][{{ x | string }}][{{ x ~ 'a' }}][{{ 'a' in x }}]"),
     ("undefined_compare", "{{ x == x }} {{ x == none }} {{ not x }} {{ x is none }}"),
