@@ -14,6 +14,9 @@ struct cli_error : std::runtime_error {
 };
 
 void register_version(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_perplexity(CLI::App& app);
 void register_quantize(CLI::App&);
 void register_inspect(CLI::App&);
 

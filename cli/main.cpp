@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
     tetra::register_version(app);
+    tetra::register_run(app);
+    tetra::register_chat(app);
+    tetra::register_perplexity(app);
     tetra::register_quantize(app);
     tetra::register_inspect(app);
     try {

@@ -1,0 +1,99 @@
+#include "engine/loaded_model.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tetra {
+
+namespace {
+
+bool file_exists(const std::string& p) {
+    struct stat st;
+    return ::stat(p.c_str(), &st) == 0;
+}
+
+void read_tokenizer_config(loaded_model& m) {
+    std::string path = m.dir + "/tokenizer_config.json";
+    if (!file_exists(path)) return;
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    nlohmann::ordered_json cfg;
+    try {
+        cfg = nlohmann::ordered_json::parse(ss.str());
+    } catch (const std::exception& e) {
+        TETRA_FAIL("%s: invalid JSON: %s", path.c_str(), e.what());
+    }
+    m.bos_token = special_token_from_config(cfg, "bos_token");
+    m.eos_token = special_token_from_config(cfg, "eos_token");
+}
+
+void progress_line(bool on, const char* what, double t0) {
+    if (!on) return;
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    TETRA_LOG_INFO("%-28s %6.2f s", what, t - t0);
+}
+
+}  // namespace
+
+std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_options& opt) {
+    using clock = std::chrono::steady_clock;
+    double t0 = std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+    struct stat st;
+    TETRA_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "model directory '%s' does not exist", dir.c_str());
+    auto m = std::make_unique<loaded_model>();
+    m->dir = dir;
+    m->config = load_model_config(dir);
+    progress_line(opt.progress, "config", t0);
+    m->weights = load_weights(dir);
+    progress_line(opt.progress, ("weights (" + m->weights.format + ")").c_str(), t0);
+    m->be = make_cpu_backend();
+    model_options mo;
+    mo.max_tokens = opt.max_tokens;
+    mo.mode = opt.mode;
+    m->model = create_model(m->config, m->weights, *m->be, mo);
+    progress_line(opt.progress, "model prepared", t0);
+    m->tok = tokenizer::load_dir(dir);
+    read_tokenizer_config(*m);
+    if (!opt.chat_template_file.empty() || file_exists(dir + "/tokenizer_config.json") ||
+        file_exists(dir + "/chat_template.jinja")) {
+        try {
+            m->templates = load_chat_templates(dir, opt.chat_template_file);
+        } catch (const error&) {
+            if (!opt.chat_template_file.empty()) throw;  // the user asked for this file
+        }
+    }
+    std::string gc_path = dir + "/generation_config.json";
+    if (file_exists(gc_path)) m->gen = load_generation_config(gc_path);
+    m->defaults = default_sampling_params(m->gen, m->config.eos_token_ids);
+    if (m->defaults.eos_token_ids.empty() && m->tok->eos_id() >= 0) m->defaults.eos_token_ids.push_back(m->tok->eos_id());
+    m->max_model_len = opt.max_model_len > 0 ? opt.max_model_len : std::min<int64_t>(m->config.max_position, 8192);
+    TETRA_CHECK(m->max_model_len <= m->config.max_position,
+                "--max-model-len %lld exceeds the model's max_position_embeddings %lld (%s)", (long long)m->max_model_len,
+                (long long)m->config.max_position, m->config.path.c_str());
+    progress_line(opt.progress, "tokenizer and templates", t0);
+    m->load_s = std::chrono::duration<double>(clock::now().time_since_epoch()).count() - t0;
+    return m;
+}
+
+std::string apply_chat_template(const loaded_model& m, const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt, const nlohmann::ordered_json& kwargs) {
+    TETRA_CHECK(!m.templates.empty(), "model '%s' has no chat template (tokenizer_config.json has no chat_template); "
+                "pass one with --chat-template FILE", m.dir.c_str());
+    chat_template tmpl(pick_chat_template(m.templates, "", false));
+    chat_template_inputs in;
+    in.messages = messages;
+    in.add_generation_prompt = add_generation_prompt;
+    in.bos_token = m.bos_token;
+    in.eos_token = m.eos_token;
+    if (kwargs.is_object()) in.kwargs = kwargs;
+    return tmpl.render(in);
+}
+
+}  // namespace tetra

@@ -1,0 +1,46 @@
+// loaded_model: everything a front end (CLI, server) needs from a model directory: config,
+// canonical weights (mmap'd), a backend, the model with its kernels prepared, tokenizer, chat
+// templates and generation defaults. Loading prints progress to stderr when asked.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "chat/chat_template.h"
+#include "engine/generation_config.h"
+#include "io/weights.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tetra {
+
+struct load_options {
+    int64_t max_tokens = 256;        // rows per forward step (prefill chunk)
+    int64_t max_model_len = 0;       // 0: min(config max_position_embeddings, 8192)
+    std::string chat_template_file;  // --chat-template
+    matmul_mode mode = matmul_mode::AUTO;
+    bool progress = true;
+};
+
+struct loaded_model {
+    std::string dir;
+    model_config config;
+    model_weights weights;
+    std::unique_ptr<backend> be;
+    std::unique_ptr<causal_lm> model;
+    std::shared_ptr<const tokenizer> tok;
+    chat_template_sources templates;  // empty when the model has none
+    std::optional<std::string> bos_token, eos_token;
+    generation_config gen;
+    sampling_params defaults;  // generation_config.json defaults + eos ids
+    int64_t max_model_len = 0;
+    double load_s = 0;
+};
+
+std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_options& opt);
+
+// Applies the model's chat template to a list of messages (JSON array of {role, content}).
+std::string apply_chat_template(const loaded_model& m, const nlohmann::ordered_json& messages,
+                                bool add_generation_prompt, const nlohmann::ordered_json& kwargs = {});
+
+}  // namespace tetra
