@@ -53,6 +53,8 @@ struct sample_result {
 //  9. Q = sum q over kept; h = sampler_random_bits(seed, step); r = ((h >> 11) * Q) >> 53 exactly
 //     (u53 * Q < 2^117); the token is the first in canonical order whose running sum of q > r.
 // (vLLM V1 applies min-p before top-p; here, as in HF and the task spec, min-p comes last.)
+
+// Holds scratch buffers that grow to n_vocab once and are reused: keep one sampler per thread.
 class sampler {
 public:
     // logits: f32[n_vocab], overwritten (penalties, temperature). step: index of the output token
