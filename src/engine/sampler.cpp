@@ -273,6 +273,8 @@ void sampler::filter(float* x, int32_t n, const sampling_params& p) {
     const float m = max_f32(x, n);
     TETRA_CHECK(m > -INFINITY,
                 "sampler: every logit is -inf after penalties and min_tokens (n_vocab %d)", n);
+    TETRA_CHECK(m < INFINITY, "sampler: logits / temperature overflow f32 (temperature %g)",
+                double(p.temperature));
     w_.resize(n);
     float* w = w_.data();
     for (int32_t k = 0; k < n; ++k) w[k] = exp_f32(x[k] - m);

@@ -495,6 +495,10 @@ TEST(sampler, bad_logits_are_errors) {
     l = {1.0f, INFINITY};
     EXPECT_THROW(s.sample(l.data(), 2, p, token_history{}, 0, 0), error);
     EXPECT_THROW(s.sample(l.data(), 0, p, token_history{}, 0, 0), error);
+    sampling_params tiny;
+    tiny.temperature = 2e-5f;
+    l = {1e35f, 0.0f};  // 1e35 / 2e-5 overflows f32
+    EXPECT_THROW(s.sample(l.data(), 2, tiny, token_history{}, 0, 0), error);
 }
 
 // ---- performance: the target is < 2 ms; measured as this thread's CPU time (the build machine
