@@ -79,6 +79,8 @@ struct device_info {
     std::vector<compiled_target> compiled;   // CUDA only: images in this binary
     uint32_t features = 0;                   // cuda_features(cc, compiled) | cpu_features()
     int64_t smem_per_block = 0;              // CUDA only: opt-in shared memory per block (bytes)
+    int sm_count = 0;                        // CUDA only: multiprocessors
+    int64_t memory_bytes = 0;                // CUDA only: global memory
 };
 
 device_info cpu_device_info();  // kind CPU, features = cpu_features()

@@ -323,4 +323,21 @@ void backend::cast(const tensor& src, const tensor& out) {
     run(*this, op, a, {&src, &out});
 }
 
+void backend::quantize_nvfp4_act(const tensor& x, float global_quant, const tensor& codes, const tensor& scales) {
+    const char* op = "quantize_nvfp4_act";
+    check_on(*this, x, op, "x"), check_on(*this, codes, op, "codes"), check_on(*this, scales, op, "scales");
+    check_rank(x, 2, op, "x"), check_act(x, op, "x");
+    TETRA_CHECK(x.dim(1) % 16 == 0, "%s: 'x' %s has n = %lld; expected a multiple of 16", op, x.shape_str().c_str(),
+                (long long)x.dim(1));
+    check_dtype(codes, dtype::U8, op, "codes"), check_shape(codes, {x.dim(0), x.dim(1) / 2}, op, "codes");
+    TETRA_CHECK(scales.type == dtype::E4M3 || scales.type == dtype::U8, "%s: 'scales' has dtype %s; expected e4m3",
+                op, dtype_name(scales.type));
+    check_shape(scales, {x.dim(0), x.dim(1) / 16}, op, "scales");
+    TETRA_CHECK(std::isfinite(global_quant) && global_quant > 0, "%s: global_quant %g must be finite and > 0", op,
+                double(global_quant));
+    quantize_nvfp4_act_args a;
+    a.act = x.type, a.x = x, a.codes = codes, a.scales = scales, a.global_quant = global_quant;
+    run(*this, op, a, {&x, &codes, &scales});
+}
+
 }  // namespace tetra

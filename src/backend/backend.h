@@ -136,6 +136,12 @@ class backend {
     void argmax(const tensor& x, const tensor& out);
     // Element-wise dtype conversion (f32 ↔ bf16 ↔ f16, RNE). src, out: same numel.
     void cast(const tensor& src, const tensor& out);
+    // NVFP4 activation quantization (the W4A4 input, reference/nvfp4-format.md §3.5), bit-exact
+    // with nvfp4_quantize_activation_row on the f32 value of every element: per 16-block
+    // SF = e4m3(G·(amax/6)) saturating, codes = e2m1(x / (SF/G)) with exact f32 division.
+    // x: [n_rows, n] act (n % 16 == 0); global_quant: G (finite, > 0);
+    // codes: u8 [n_rows, n/2] (even element in the low nibble); scales: e4m3|u8 [n_rows, n/16]
+    void quantize_nvfp4_act(const tensor& x, float global_quant, const tensor& codes, const tensor& scales);
 
   private:
     device_info dev_;
@@ -143,5 +149,12 @@ class backend {
 
 // The CPU backend: host memory, plain f32-accumulating kernels (the oracle) plus AVX2 fast paths.
 std::unique_ptr<backend> make_cpu_backend();
+
+// The CUDA backend on device `device` (cudaMalloc'd tensors, one stream, kernels from
+// src/backend/cuda/). A build without CUDA, a bad index, or a device none of the compiled images
+// runs on is a tetra::error saying so.
+std::unique_ptr<backend> make_cuda_backend(int device = 0);
+// Number of CUDA devices visible (0 in a build without CUDA or when the driver reports none).
+int cuda_device_count();
 
 }  // namespace tetra

@@ -52,4 +52,8 @@ struct argmax_args : op_args { tensor x, out; };
 // "cast". src, out: same numel, f32|bf16|f16 each
 struct cast_args : op_args { tensor src, out; };
 
+// "quantize_nvfp4_act". x: [n_rows, n] act (n % 16 == 0); codes: u8 [n_rows, n/2];
+// scales: e4m3|u8 [n_rows, n/16]; global_quant: G, finite and > 0
+struct quantize_nvfp4_act_args : op_args { tensor x, codes, scales; float global_quant = 1.0f; };
+
 }  // namespace tetra

@@ -13,6 +13,9 @@ kernel_registry& kernel_registry::instance() {
     static kernel_registry* r = [] {
         auto* reg = new kernel_registry();  // never destroyed: kernels may run during exit
         cpu::register_kernels(*reg);
+#ifdef TETRA_HAVE_CUDA
+        cuda::register_kernels(*reg);
+#endif
         return reg;
     }();
     return *r;

@@ -102,4 +102,9 @@ namespace cpu {
 void register_kernels(kernel_registry& r);
 }  // namespace cpu
 
+namespace cuda {
+// Registers every CUDA op table (cuda/cuda_backend.cpp); called only in builds with TETRA_HAVE_CUDA.
+void register_kernels(kernel_registry& r);
+}  // namespace cuda
+
 }  // namespace tetra

@@ -10,6 +10,8 @@ namespace tetra {
 
 namespace cpu {
 
+void register_quantize_nvfp4_act(kernel_registry& r);  // quantize_nvfp4_act_cpu.cpp
+
 void register_kernels(kernel_registry& r) {
     register_get_rows(r);
     register_rms_norm(r);
@@ -24,6 +26,7 @@ void register_kernels(kernel_registry& r) {
     register_add(r);
     register_argmax(r);
     register_cast(r);
+    register_quantize_nvfp4_act(r);
 }
 
 namespace {

@@ -1,0 +1,63 @@
+// argmax_sm80: index of the row maximum, first index on ties, a NaN beats every number (the
+// first NaN wins) — torch.argmax and the CPU oracle. One block per row; each thread keeps the
+// best (value, index) of its strided slice, then a warp/block reduction with the same order.
+#include "backend/cuda/cuda_device.cuh"
+
+namespace tetra {
+namespace cuda {
+
+// Whether candidate (v, i) beats (bv, bi): NaN > any number; among NaNs or equal values the
+// lower index wins.
+__device__ __forceinline__ bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
+    bool vn = v != v, bn = bv != bv;
+    if (vn || bn) return vn && (!bn || i < bi);
+    return v > bv || (v == bv && i < bi);
+}
+
+// x: [n_rows, n] T; out: i32 [n_rows]
+template <class T>
+__global__ void argmax_kernel(const T* x, int32_t* out, int64_t n) {
+    const T* xr = x + blockIdx.x * n;
+    float bv = -INFINITY;
+    int64_t bi = n;  // sentinel: loses to any real element
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = to_f32(xr[j]);
+        if (bi == n || argmax_better(v, j, bv, bi)) bv = v, bi = j;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != n && (bi == n || argmax_better(ov, oi, bv, bi))) bv = ov, bi = oi;
+    }
+    __shared__ float sv[32];
+    __shared__ int64_t si[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < int(blockDim.x >> 5); ++w)
+            if (si[w] != n && (bi == n || argmax_better(sv[w], si[w], bv, bi))) bv = sv[w], bi = si[w];
+        out[blockIdx.x] = int32_t(bi == n ? 0 : bi);
+    }
+}
+
+static void argmax_launch(backend& be, const argmax_args& a) {
+    int64_t n_rows = a.x.dim(0), n = a.x.dim(1);
+    if (n_rows == 0) return;
+    TETRA_CHECK(n_rows <= 0x7fffffff, "argmax_sm80: %lld rows exceed the grid limit", (long long)n_rows);
+    dispatch_act(a.act, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        argmax_kernel<T><<<unsigned(n_rows), n >= 8192 ? 1024 : 256, 0, stream_of(be)>>>(a.x.ptr<const T>(),
+                                                                                      a.out.ptr<int32_t>(), n);
+        CUDA_CHECK(cudaGetLastError());
+    });
+}
+
+void register_argmax(kernel_registry& r) {
+    r.add(make_kernel<argmax_args>("argmax", "argmax_sm80", cuda_req(80, {dtype::F32, dtype::BF16, dtype::F16}), 10,
+                                   nullptr, argmax_launch));
+}
+
+}  // namespace cuda
+}  // namespace tetra

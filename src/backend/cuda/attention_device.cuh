@@ -1,0 +1,228 @@
+// Paged attention building blocks shared by attention_prefill_sm80 and attention_decode_sm80:
+// a CTA owns up to k_rows query rows (tokens × heads of one kv-head group of one sequence), streams
+// K/V tiles of k_bk keys through shared memory (gathered through the block table) and keeps a
+// flash-style online softmax per row (running max m, sum l, output rescaled when m grows; the 1/l
+// division at the end). CUDA cores, f32 math (scores, exp, accumulators) — correctness first; no
+// tensor cores yet. Causal per row: keys j ≤ position (and j > position − window with a window).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_device.cuh"
+
+namespace tetra {
+namespace cuda {
+
+constexpr int k_att_warps = 4;                       // warps per CTA
+constexpr int k_att_rows_per_warp = 4;               // query rows per warp
+constexpr int k_att_rows = k_att_warps * k_att_rows_per_warp;
+constexpr int k_att_bk = 32;                         // keys per tile (one per lane in the score step)
+constexpr int k_att_max_head_dim = 256;
+constexpr int k_att_ni = k_att_max_head_dim / 32;    // output dims per lane
+
+struct attn_params {
+    const void* q;             // [n_tokens, n_head, head_dim] T
+    const void* k_cache;       // [n_blocks, block_size, n_head_kv, head_dim] T
+    const void* v_cache;
+    void* out;                 // [n_tokens, n_head·head_dim] T
+    const int32_t* cu_seqlens_q;
+    const int32_t* positions;
+    const int32_t* block_tables;  // [n_seqs, max_blocks]
+    int n_head, n_head_kv, head_dim, group, block_size, max_blocks;
+    float scale;
+    int window;                // 0 = none
+    int heads_per_cta;         // query heads of one group a CTA covers (≤ k_att_rows)
+    int tokens_per_cta;        // query tokens a CTA covers (k_att_rows / heads_per_cta)
+    int head_splits;           // CTAs per kv head along the group (ceil(group / heads_per_cta))
+    int kstride;               // shared K row stride in elements (padded against bank conflicts)
+    // split-KV decode: keys [split·split_len, (split+1)·split_len) (last split: to the end);
+    // partial outputs (normalized) and their log-sum-exp, [n_tokens·n_head, n_splits].
+    int n_splits = 1, split_len = 0;
+    float* part_o = nullptr;   // [n_tokens·n_head, n_splits, head_dim] f32
+    float* part_lse = nullptr; // [n_tokens·n_head, n_splits] f32
+};
+
+// Dynamic shared memory of one CTA for element type size `elt`.
+inline size_t attn_smem_bytes(const attn_params& p, size_t elt) {
+    return size_t(k_att_rows) * p.head_dim * 4 + size_t(k_att_bk) * p.kstride * elt +
+           size_t(k_att_bk) * p.head_dim * elt + size_t(k_att_rows) * k_att_bk * 4;
+}
+
+// K row stride (elements) whose 4-byte word stride is odd where possible: lanes reading key rows
+// at the same d then hit distinct banks.
+inline int attn_kstride(int head_dim, size_t elt) {
+    if (elt == 4) return head_dim % 2 ? head_dim : head_dim + 1;
+    int s = (head_dim + 1) / 2 * 2;  // even, so rows stay 4-byte aligned
+    return (s / 2) % 2 ? s : s + 2;
+}
+
+// The CTA body. Rows r = token_local · heads_per_cta + head_local. split < 0: plain prefill, the
+// CTA writes final outputs; split ≥ 0: only keys of that split, writing partials.
+template <class T>
+__device__ void attn_cta(const attn_params& p, int s, int tile, int kvh, int hsplit, int split) {
+    extern __shared__ float smem[];
+    float* q_s = smem;                                                  // [k_att_rows][head_dim]
+    T* k_s = reinterpret_cast<T*>(q_s + k_att_rows * p.head_dim);      // [k_att_bk][kstride]
+    T* v_s = k_s + k_att_bk * p.kstride;                                // [k_att_bk][head_dim]
+    float* p_s = reinterpret_cast<float*>(v_s + k_att_bk * p.head_dim);  // [k_att_rows][k_att_bk]
+    __shared__ int row_tok[k_att_rows], row_head[k_att_rows], row_lo[k_att_rows], row_hi[k_att_rows];
+    __shared__ int cta_lo, cta_hi;
+
+    const int D = p.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tok0 = p.cu_seqlens_q[s], tok1 = p.cu_seqlens_q[s + 1];
+    if (tid == 0) cta_lo = 0x7fffffff, cta_hi = -1;
+    __syncthreads();
+    if (tid < k_att_rows) {
+        int tl = tid / p.heads_per_cta, hl = tid % p.heads_per_cta;
+        int t = tok0 + tile * p.tokens_per_cta + tl, hg = hsplit * p.heads_per_cta + hl;
+        bool ok = tl < p.tokens_per_cta && t < tok1 && hg < p.group;
+        int lo = 0, hi = -1;
+        if (ok) {
+            hi = p.positions[t];
+            lo = p.window > 0 ? max(0, hi - p.window + 1) : 0;
+            if (split >= 0) {
+                lo = max(lo, split * p.split_len);
+                if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
+            }
+            if (lo <= hi) atomicMin(&cta_lo, lo), atomicMax(&cta_hi, hi);
+        }
+        row_tok[tid] = ok ? t : -1;
+        row_head[tid] = ok ? kvh * p.group + hg : -1;
+        row_lo[tid] = lo, row_hi[tid] = hi;
+    }
+    __syncthreads();
+    bool any_row = false;
+    for (int r = 0; r < k_att_rows; ++r) any_row |= row_tok[r] >= 0;
+    if (!any_row) return;  // tile beyond this sequence's query rows (uniform across the CTA)
+    for (int i = tid; i < k_att_rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        q_s[i] = row_tok[r] >= 0 ? to_f32(static_cast<const T*>(p.q)[(int64_t(row_tok[r]) * p.n_head + row_head[r]) * D + d])
+                                 : 0.0f;
+    }
+
+    // nan: a live score was NaN — the oracle's whole row is NaN then (its sum of exps is NaN), while
+    // fmaxf would silently drop it from the running max.
+    float m[k_att_rows_per_warp], l[k_att_rows_per_warp], acc[k_att_rows_per_warp][k_att_ni];
+    bool nan[k_att_rows_per_warp];
+#pragma unroll
+    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+        m[rr] = -INFINITY, l[rr] = 0.0f, nan[rr] = false;
+#pragma unroll
+        for (int i = 0; i < k_att_ni; ++i) acc[rr][i] = 0.0f;
+    }
+    const T* kc = static_cast<const T*>(p.k_cache);
+    const T* vc = static_cast<const T*>(p.v_cache);
+    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
+    const int lo_all = cta_lo, hi_all = cta_hi;
+    for (int j0 = lo_all; j0 <= hi_all; j0 += k_att_bk) {
+        __syncthreads();  // previous tile fully consumed (and q_s written, first time)
+        for (int i = tid; i < k_att_bk * D; i += blockDim.x) {
+            int jj = i / D, d = i % D, j = j0 + jj;
+            T kv = from_f32<T>(0.0f), vv = kv;
+            if (j <= hi_all) {
+                int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+                int64_t off = (slot * p.n_head_kv + kvh) * D + d;
+                kv = kc[off], vv = vc[off];
+            }
+            k_s[jj * p.kstride + d] = kv;
+            v_s[jj * D + d] = vv;
+        }
+        __syncthreads();
+        // Scores: lane = key of the tile; four rows share every K element read.
+        float sc[k_att_rows_per_warp];
+#pragma unroll
+        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] = 0.0f;
+        const T* krow = k_s + lane * p.kstride;
+        const float* qw = q_s + warp * k_att_rows_per_warp * D;
+        for (int d = 0; d < D; ++d) {
+            float kd = to_f32(krow[d]);
+#pragma unroll
+            for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] += qw[rr * D + d] * kd;
+        }
+        const int j = j0 + lane;
+#pragma unroll
+        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+            int r = warp * k_att_rows_per_warp + rr;
+            bool live = row_tok[r] >= 0 && j >= row_lo[r] && j <= row_hi[r];
+            float score = live ? sc[rr] * p.scale : -INFINITY;
+            nan[rr] |= __any_sync(0xffffffffu, score != score);
+            if (score != score) score = -INFINITY;
+            float m_new = fmaxf(m[rr], warp_max(score));
+            float pj = 0.0f, alpha = 1.0f;
+            if (m_new != -INFINITY) {
+                pj = live ? expf(score - m_new) : 0.0f;
+                alpha = expf(m[rr] - m_new);  // m = −inf → 0, and l, acc are 0 then anyway
+            }
+            l[rr] = l[rr] * alpha + warp_sum(pj);
+            m[rr] = m_new;
+            p_s[r * k_att_bk + lane] = pj;
+#pragma unroll
+            for (int i = 0; i < k_att_ni; ++i) acc[rr][i] *= alpha;
+        }
+        __syncwarp();
+        // PV: lane owns dims d = lane + 32·i.
+        for (int jj = 0; jj < k_att_bk && j0 + jj <= hi_all; ++jj) {
+            const T* vrow = v_s + jj * D;
+            float vd[k_att_ni];
+#pragma unroll
+            for (int i = 0; i < k_att_ni; ++i) vd[i] = lane + 32 * i < D ? to_f32(vrow[lane + 32 * i]) : 0.0f;
+#pragma unroll
+            for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+                float pj = p_s[(warp * k_att_rows_per_warp + rr) * k_att_bk + jj];
+#pragma unroll
+                for (int i = 0; i < k_att_ni; ++i) acc[rr][i] += pj * vd[i];
+            }
+        }
+    }
+    // Epilogue.
+#pragma unroll
+    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+        int r = warp * k_att_rows_per_warp + rr;
+        if (row_tok[r] < 0) continue;
+        int64_t row = int64_t(row_tok[r]) * p.n_head + row_head[r];
+        float inv = nan[rr] ? __int_as_float(0x7fc00000) : l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+        if (split < 0) {
+            T* o = static_cast<T*>(p.out) + row * D;
+#pragma unroll
+            for (int i = 0; i < k_att_ni; ++i)
+                if (lane + 32 * i < D) o[lane + 32 * i] = from_f32<T>(acc[rr][i] * inv);
+        } else {
+            float* o = p.part_o + (row * p.n_splits + split) * D;
+#pragma unroll
+            for (int i = 0; i < k_att_ni; ++i)
+                if (lane + 32 * i < D) o[lane + 32 * i] = acc[rr][i] * inv;
+            if (lane == 0)
+                p.part_lse[row * p.n_splits + split] =
+                    nan[rr] ? __int_as_float(0x7fc00000) : l[rr] > 0.0f ? m[rr] + logf(l[rr]) : -INFINITY;
+        }
+    }
+}
+
+// Host: the fields every attention launch shares. Kernels accept only k_cache dtype == act.
+inline attn_params attn_base_params(const attention_args& a, size_t elt) {
+    attn_params p;
+    p.q = a.q.data, p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data, p.out = a.out.data;
+    p.cu_seqlens_q = a.meta.cu_seqlens_q.ptr<const int32_t>();
+    p.positions = a.meta.positions.ptr<const int32_t>();
+    p.block_tables = a.meta.block_tables.ptr<const int32_t>();
+    p.n_head = int(a.q.dim(1)), p.n_head_kv = int(a.k_cache.dim(2)), p.head_dim = int(a.q.dim(2));
+    p.group = p.n_head / p.n_head_kv, p.block_size = a.meta.block_size, p.max_blocks = int(a.meta.block_tables.dim(1));
+    p.scale = a.scale, p.window = a.sliding_window;
+    p.heads_per_cta = p.group < k_att_rows ? p.group : k_att_rows;
+    p.tokens_per_cta = k_att_rows / p.heads_per_cta;
+    p.head_splits = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
+    p.kstride = attn_kstride(p.head_dim, elt);
+    return p;
+}
+
+// What both attention kernels cannot handle.
+inline std::string attn_accepts_common(const attention_args& a) {
+    if (a.k_cache.type != a.act)
+        return strfmt("k_cache dtype %s differs from the activation dtype %s", dtype_name(a.k_cache.type),
+                      dtype_name(a.act));
+    if (a.q.dim(2) > k_att_max_head_dim)
+        return strfmt("head_dim %lld > %d", (long long)a.q.dim(2), k_att_max_head_dim);
+    return "";
+}
+
+}  // namespace cuda
+}  // namespace tetra

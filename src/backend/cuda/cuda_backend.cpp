@@ -1,0 +1,178 @@
+// The CUDA backend: cudaMalloc'd tensors (device_kind::CUDA), one non-blocking stream per backend,
+// uploads/downloads through that stream, a grow-only scratch buffer, and the registration list of
+// the CUDA op tables (one line per op file). device_info comes from cudaGetDeviceProperties and
+// the compiled image list; a device that none of the compiled images runs on is refused here.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+
+namespace tetra {
+namespace cuda {
+
+void register_kernels(kernel_registry& r) {
+    register_get_rows(r);
+    register_rms_norm(r);
+    register_add_rms_norm(r);
+    register_rope(r);
+    register_kv_store(r);
+    register_attention_prefill(r);
+    register_attention_decode(r);
+    register_silu_mul(r);
+    register_add(r);
+    register_argmax(r);
+    register_cast(r);
+    register_quantize_nvfp4_act_sm80(r);
+    register_quantize_nvfp4_act_sm120a(r);
+    register_matmul(r);
+}
+
+namespace {
+
+// Device memory owned by a shared_ptr; freed on the device it came from.
+std::shared_ptr<void> device_alloc(int device, size_t bytes) {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    TETRA_CHECK(e == cudaSuccess, "cuda backend: cudaMalloc of %zu bytes on device %d failed: %s", bytes, device,
+                cudaGetErrorString(e));
+    return std::shared_ptr<void>(p, [device](void* q) {
+        int cur = 0;
+        if (cudaGetDevice(&cur) == cudaSuccess && cur != device) cudaSetDevice(device);
+        cudaFree(q);  // errors at process exit (context gone) are ignored on purpose
+        if (cur != device) cudaSetDevice(cur);
+    });
+}
+
+device_info query_device(int device) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    TETRA_CHECK(device >= 0 && device < count, "cuda backend: device index %d out of range (%d CUDA devices)", device,
+                count);
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    device_info d;
+    d.kind = device_kind::CUDA;
+    d.name = prop.name;
+    d.cc = prop.major * 10 + prop.minor;
+    d.compiled = parse_compiled_targets(compiled_targets_list());
+    d.features = cuda_features(d.cc, d.compiled);
+    d.smem_per_block = int64_t(prop.sharedMemPerBlockOptin);
+    d.sm_count = prop.multiProcessorCount;
+    d.memory_bytes = int64_t(prop.totalGlobalMem);
+    compiled_target img;
+    TETRA_CHECK(select_image(d.compiled, d.cc, &img),
+                "cuda backend: device %d (%s, sm_%d) can run none of the compiled images [%s]; rebuild with "
+                "-DTETRA_CUDA_TARGETS including %d (or its family/PTX)",
+                device, d.name.c_str(), d.cc, compiled_targets_str(d.compiled).c_str(), d.cc);
+    return d;
+}
+
+class cuda_backend final : public backend {
+  public:
+    explicit cuda_backend(int device) : backend(query_device(device)), device_(device) {
+        CUDA_CHECK(cudaSetDevice(device_));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    }
+    ~cuda_backend() override {
+        cudaStreamSynchronize(stream_);
+        scratch_.reset();
+        cudaStreamDestroy(stream_);
+    }
+
+    cudaStream_t stream() const { return stream_; }
+
+    tensor alloc(dtype t, std::vector<int64_t> shape) override {
+        tensor x;
+        x.type = t;
+        x.shape = std::move(shape);
+        for (int64_t d : x.shape)
+            TETRA_CHECK(d >= 0, "cuda backend: alloc with a negative dimension in %s", x.shape_str().c_str());
+        x.device = device_kind::CUDA;
+        CUDA_CHECK(cudaSetDevice(device_));
+        x.owner = device_alloc(device_, x.nbytes());
+        x.data = x.owner.get();
+        CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.nbytes(), stream_));
+        return x;
+    }
+
+    // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so the host tensor may
+    // be freed right after; the copy is ordered on this backend's stream.
+    tensor upload(const tensor& host) override {
+        TETRA_CHECK(host.device == device_kind::CPU, "cuda backend: upload expects a host tensor; got a cuda tensor %s",
+                    host.shape_str().c_str());
+        tensor d = alloc(host.type, host.shape);
+        if (d.nbytes()) CUDA_CHECK(cudaMemcpyAsync(d.data, host.data, d.nbytes(), cudaMemcpyHostToDevice, stream_));
+        return d;
+    }
+
+    void download(const tensor& dev, void* host) override {
+        TETRA_CHECK(dev.device == device_kind::CUDA, "cuda backend: download expects a cuda tensor; got a host tensor %s",
+                    dev.shape_str().c_str());
+        if (dev.nbytes()) CUDA_CHECK(cudaMemcpyAsync(host, dev.data, dev.nbytes(), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+
+    void copy(const tensor& src, const tensor& dst) override {
+        TETRA_CHECK(src.device == device_kind::CUDA && dst.device == device_kind::CUDA,
+                    "cuda backend: copy needs two cuda tensors");
+        TETRA_CHECK(src.type == dst.type && src.numel() == dst.numel(),
+                    "cuda backend: copy %s %s → %s %s: dtype and element count must match", dtype_name(src.type),
+                    src.shape_str().c_str(), dtype_name(dst.type), dst.shape_str().c_str());
+        if (src.nbytes())
+            CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    }
+
+    void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+    // Uploads the canonical layout unchanged; matmul kernels that want another layout re-lay it in
+    // their own prepare step (docs/cuda-backend.md).
+    linear_weight prepare_linear(const linear_weight& host) override {
+        linear_weight w = host;
+        auto up = [&](tensor& t) {
+            if (!t.empty() && t.device == device_kind::CPU) t = upload(t);
+        };
+        up(w.dense), up(w.codes), up(w.scales);
+        return w;
+    }
+
+    void* scratch(size_t bytes) {
+        if (bytes > scratch_bytes_) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            scratch_.reset();
+            scratch_ = device_alloc(device_, bytes);
+            scratch_bytes_ = bytes;
+        }
+        return scratch_.get();
+    }
+
+  private:
+    int device_ = 0;
+    cudaStream_t stream_ = nullptr;
+    std::shared_ptr<void> scratch_;
+    size_t scratch_bytes_ = 0;
+};
+
+cuda_backend& as_cuda(backend& b) {
+    TETRA_ASSERT(b.device().kind == device_kind::CUDA);
+    return static_cast<cuda_backend&>(b);
+}
+
+}  // namespace
+
+cudaStream_t stream_of(backend& b) { return as_cuda(b).stream(); }
+void* scratch(backend& b, size_t bytes) { return as_cuda(b).scratch(bytes); }
+
+}  // namespace cuda
+
+std::unique_ptr<backend> make_cuda_backend(int device) { return std::make_unique<cuda::cuda_backend>(device); }
+
+int cuda_device_count() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+}  // namespace tetra

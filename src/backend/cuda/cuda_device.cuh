@@ -1,0 +1,87 @@
+// Device-side helpers of the CUDA kernels (include from .cu files only): f32 conversion of the
+// activation types (RNE on store, as the CPU oracle's f32_to_bf16/f32_to_f16), loads of a
+// dtype known only at run time, warp/block reductions, and the host act-dtype dispatch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace tetra {
+namespace cuda {
+
+template <class T> __device__ __forceinline__ float to_f32(T v);
+template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+
+template <class T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+// Element i of a f32|bf16|f16 buffer whose dtype is a run-time value (uniform across the grid,
+// so the switch does not diverge).
+__device__ __forceinline__ float load_any(const void* p, dtype t, int64_t i) {
+    switch (t) {
+        case dtype::F32: return static_cast<const float*>(p)[i];
+        case dtype::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+        default: return __half2float(static_cast<const __half*>(p)[i]);
+    }
+}
+
+__device__ __forceinline__ void store_any(void* p, dtype t, int64_t i, float v) {
+    switch (t) {
+        case dtype::F32: static_cast<float*>(p)[i] = v; break;
+        case dtype::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+        default: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // part[] may still be read by a previous call
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? part[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+template <class T> struct type_tag { using type = T; };
+
+// Calls f(type_tag<T>{}) with T = float | __nv_bfloat16 | __half for act dtype t.
+template <class F> void dispatch_act(dtype t, F&& f) {
+    switch (t) {
+        case dtype::F32: f(type_tag<float>{}); break;
+        case dtype::BF16: f(type_tag<__nv_bfloat16>{}); break;
+        case dtype::F16: f(type_tag<__half>{}); break;
+        default: TETRA_FAIL("cuda: activation dtype %s is not f32|bf16|f16", dtype_name(t));
+    }
+}
+
+inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 16) {
+    int64_t g = (n + threads - 1) / threads;
+    return unsigned(g < 1 ? 1 : g > cap ? cap : g);
+}
+
+}  // namespace cuda
+}  // namespace tetra

@@ -1,0 +1,60 @@
+// rope_sm80: NeoX/HF rotate_half rope in place on q and k, as the CPU oracle: angle =
+// f32(pos · inv_freq[i]), cos/sin evaluated in double and rounded to f32 (so they match the
+// oracle's std::cos/std::sin to the ulp), out[i] = x[i]·c − x[i+h]·s, out[i+h] = x[i+h]·c + x[i]·s.
+// One block per token; the token's cos/sin table is built once in shared memory.
+#include "backend/cuda/cuda_device.cuh"
+
+namespace tetra {
+namespace cuda {
+
+// q: [n_tokens, n_head, head_dim] T; k: [n_tokens, n_head_kv, head_dim] T; positions: i32
+// [n_tokens]; inv_freq: f32 [half]. Dynamic smem: 2·half floats.
+template <class T>
+__global__ void rope_kernel(T* q, T* k, const int32_t* positions, const float* inv_freq, int n_head, int n_head_kv,
+                            int head_dim, int half) {
+    extern __shared__ float cs[];
+    int64_t t = blockIdx.x;
+    float pos = float(positions[t]);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos(double(pos * inv_freq[i]), &s, &c);
+        cs[i] = float(c), cs[half + i] = float(s);
+    }
+    __syncthreads();
+    int pairs = (n_head + n_head_kv) * half;
+    for (int w = threadIdx.x; w < pairs; w += blockDim.x) {
+        int hd = w / half, i = w % half;
+        T* base = hd < n_head ? q + (t * n_head + hd) * head_dim : k + (t * n_head_kv + (hd - n_head)) * head_dim;
+        float x1 = to_f32(base[i]), x2 = to_f32(base[i + half]), c = cs[i], s = cs[half + i];
+        float a = x1 * c, b = x2 * s, d = x2 * c, f = x1 * s;
+        base[i] = from_f32<T>(a - b);
+        base[i + half] = from_f32<T>(d + f);
+    }
+}
+
+static void rope_launch(backend& be, const rope_args& a) {
+    int64_t n_tokens = a.q.dim(0);
+    int half = int(a.inv_freq.dim(0));
+    if (n_tokens == 0) return;
+    TETRA_CHECK(n_tokens <= 0x7fffffff, "rope_sm80: %lld tokens exceed the grid limit", (long long)n_tokens);
+    dispatch_act(a.act, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        rope_kernel<T><<<unsigned(n_tokens), 128, size_t(2 * half) * sizeof(float), stream_of(be)>>>(
+            a.q.ptr<T>(), a.k.ptr<T>(), a.positions.ptr<const int32_t>(), a.inv_freq.ptr<const float>(),
+            int(a.q.dim(1)), int(a.k.dim(1)), int(a.q.dim(2)), half);
+        CUDA_CHECK(cudaGetLastError());
+    });
+}
+
+static std::string rope_accepts(const rope_args& a) {
+    if (a.inv_freq.dim(0) > 4096) return strfmt("n_rot/2 = %lld > 4096 (shared-memory table)", (long long)a.inv_freq.dim(0));
+    return "";
+}
+
+void register_rope(kernel_registry& r) {
+    r.add(make_kernel<rope_args>("rope", "rope_sm80", cuda_req(80, {dtype::F32, dtype::BF16, dtype::F16}), 10,
+                                 rope_accepts, rope_launch));
+}
+
+}  // namespace cuda
+}  // namespace tetra
