@@ -123,15 +123,22 @@ float kth_largest(const float* x, int32_t n, int32_t k, std::vector<float>& buf)
     return buf[k - 1];
 }
 
-// The key at which the running sum of q, in descending key order, first exceeds r (r < sum q).
+// The key at which the running sum of q, in descending key order, first exceeds r (r < sum q),
+// and that running sum (q summed over all keys >= it).
 // Radix select: each pass histograms one digit (weights summed per bucket), keeps only the bucket
 // holding the crossing and moves on to the next digit. Digits start at the highest bit where the
 // keys differ, 11 bits wide (a 16 KiB histogram), so the first pass over all n usually leaves a
 // few thousand. Every key lies in [kmin, kmax]. a[0, n) is not modified; survivors go to `buf`.
+struct crossing_result {
+    uint64_t key;
+    uint64_t cum;
+};
+
 template <typename C>
-uint64_t crossing(const C* a, size_t n, uint64_t kmin, uint64_t kmax, std::vector<C>& buf,
-                  uint64_t r) {
+crossing_result crossing(const C* a, size_t n, uint64_t kmin, uint64_t kmax, std::vector<C>& buf,
+                         uint64_t r) {
     constexpr int digit = 11;
+    const uint64_t r0 = r;
     TETRA_ASSERT(n > 0 && kmin <= kmax);
     int shift = kmin == kmax ? -1 : 63 - __builtin_clzll(kmin ^ kmax) + 1 - digit;
     std::vector<uint64_t> hist(size_t(1) << digit);
@@ -157,11 +164,11 @@ uint64_t crossing(const C* a, size_t n, uint64_t kmin, uint64_t kmax, std::vecto
     if (a != buf.data()) std::copy(a, a + n, buf.data());
     std::sort(buf.begin(), buf.begin() + n, [](const C& u, const C& v) { return u.key > v.key; });
     for (size_t i = 0; i < n; ++i) {
-        if (r < buf[i].q) return buf[i].key;
+        if (r < buf[i].q) return {buf[i].key, r0 - r + buf[i].q};
         r -= buf[i].q;
     }
     TETRA_ASSERT(false && "crossing: r >= sum of q");
-    return 0;
+    return {0, 0};
 }
 
 // max of x f32[n] (n >= 1) in 4 independent chains (the scalar max is latency-bound).
@@ -297,35 +304,31 @@ void sampler::filter(float* x, int32_t n, const sampling_params& p) {
         kmin = std::min<uint64_t>(kmin, keep ? key : ~uint64_t(0));
         kmax = std::max<uint64_t>(kmax, keep ? key : 0);
     }
-    // step 7: top-p
+    // step 7: top-p. The kept set is the prefix of keys >= cut. It is not compacted: an inverse-CDF
+    // walk with r < (the prefix's total) never leaves the prefix, so sampling can run on c[0, nc).
+    uint64_t cut = 0;
     if (p.top_p < 1.0f) {
         uint64_t t = ceil_mul(p.top_p, total);
         if (t < total) {
-            uint64_t cut = crossing(c, nc, kmin, kmax, scratch_, t - 1);
-            kmin = cut;
-            size_t j = 0;
-            total = 0;
-            for (size_t k = 0; k < nc; ++k) {  // branch-free: the kept ids are scattered
-                c[j] = c[k];
-                bool keep = c[k].key >= cut;
-                j += keep;
-                total += keep ? c[k].q : 0;
-            }
-            nc = j;
+            crossing_result cr = crossing(c, nc, kmin, kmax, scratch_, t - 1);
+            cut = cr.key;
+            total = cr.cum;
         }
     }
-    // step 8: min-p
+    // step 8: min-p (not a prefix in general: compacted, with the top-p cut applied on the way)
     if (p.min_p > 0.0f) {
         size_t j = 0;
         total = 0;
-        for (size_t k = 0; k < nc; ++k) {
+        for (size_t k = 0; k < nc; ++k) {  // branch-free: the kept ids are scattered
             c[j] = c[k];
-            bool keep = w[key_id(c[k].key)] >= p.min_p;
+            bool keep = (c[k].key >= cut) & (w[key_id(c[k].key)] >= p.min_p);
             j += keep;
             total += keep ? c[k].q : 0;
         }
         nc = j;  // a subset: the key bounds still hold
+        cut = 0;
     }
+    cut_ = cut;
     n_cands_ = nc;
     total_ = total;
     kmin_ = kmin;
@@ -337,7 +340,9 @@ std::vector<sampler::kept_token> sampler::kept(float* logits, int32_t n_vocab,
     TETRA_CHECK(n_vocab > 0 && n_vocab <= max_vocab, "sampler: n_vocab %d outside [1, %d]",
                 n_vocab, max_vocab);
     filter(logits, n_vocab, p);
-    std::vector<cand> c(cands_.begin(), cands_.begin() + n_cands_);
+    std::vector<cand> c;
+    for (size_t i = 0; i < n_cands_; ++i)
+        if (cands_[i].key >= cut_) c.push_back(cands_[i]);
     std::sort(c.begin(), c.end(), [](const cand& u, const cand& v) { return u.key > v.key; });
     std::vector<kept_token> out;
     for (const cand& k : c) out.push_back({key_id(k.key), k.q});
@@ -380,7 +385,7 @@ sample_result sampler::sample(float* logits, int32_t n_vocab, const sampling_par
         TETRA_ASSERT(total > 0);  // the max token has q = 2^40 and survives every filter
         uint64_t u53 = sampler_random_bits(seed, step) >> 11;
         uint64_t r = uint64_t((u128(u53) * total) >> 53);
-        res.token = key_id(crossing(cands_.data(), n_cands_, kmin_, kmax_, scratch_, r));
+        res.token = key_id(crossing(cands_.data(), n_cands_, kmin_, kmax_, scratch_, r).key);
     }
     if (p.logprobs) {
         float lt = raw_[res.token];

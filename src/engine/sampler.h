@@ -77,9 +77,10 @@ private:
         uint64_t q;
     };
     void filter(float* logits, int32_t n_vocab, const sampling_params& p);  // fills cands_
-    std::vector<cand> cands_, scratch_;  // cands_[0, n_cands_) are the kept ids, unordered
+    // cands_[0, n_cands_) with key >= cut_ are the kept ids (unordered); total_ is their sum of q
+    std::vector<cand> cands_, scratch_;
     size_t n_cands_ = 0;
-    uint64_t total_ = 0;  // sum of q over cands_
+    uint64_t cut_ = 0, total_ = 0;
     uint64_t kmin_ = 0, kmax_ = 0;  // bounds on the keys of cands_
     std::vector<float> w_, xs_, raw_;
 };
