@@ -1,6 +1,9 @@
 #include "engine/loaded_model.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <fstream>
@@ -8,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/selftest.h"
 
 namespace tetra {
 
@@ -57,7 +61,16 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     model_options mo;
     mo.max_tokens = opt.max_tokens;
     mo.mode = opt.mode;
+    if (opt.progress && isatty(STDERR_FILENO)) {
+        mo.progress = [](int64_t done, int64_t total) {
+            int bar = int(30 * done / total);
+            std::fprintf(stderr, "\rloading layers [%.*s%*s] %lld/%lld", bar, "##############################", 30 - bar, "",
+                         (long long)done, (long long)total);
+            if (done == total) std::fprintf(stderr, "\n");
+        };
+    }
     m->model = create_model(m->config, m->weights, *m->be, mo);
+    run_selftest(m->config, m->weights, *m->be, {opt.skip_selftest, opt.max_tokens, opt.mode});
     progress_line(opt.progress, "model prepared", t0);
     m->tok = tokenizer::load_dir(dir);
     read_tokenizer_config(*m);

@@ -122,7 +122,8 @@ class dense_decoder final : public causal_lm {
 
 }  // namespace
 
-decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be) {
+decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be,
+                                     const std::function<void(int64_t, int64_t)>& progress) {
     decoder_weights d;
     int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
     const tensor& embed = w.get("model.embed_tokens.weight");
@@ -145,6 +146,7 @@ decoder_weights load_decoder_weights(const model_config& c, model_weights& w, ba
         L.up = load_linear(w, be, p + "mlp.up_proj", c.n_ff, c.n_embd);
         L.down = load_linear(w, be, p + "mlp.down_proj", c.n_embd, c.n_ff);
         d.layers.push_back(std::move(L));
+        if (progress) progress(il + 1, c.n_layer);
     }
     d.norm = load_vec(w, be, "model.norm.weight", c.n_embd);
     // Tied: the output projection is the embedding matrix (HF ties them; no lm_head tensor needed).

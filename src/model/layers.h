@@ -25,7 +25,8 @@ struct decoder_weights {
 
 // Reads HF-named tensors ("model.layers.{il}.self_attn.q_proj", ...) for a Llama-family model,
 // checks every shape against the config, and prepares them on the backend.
-decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be);
+decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be,
+                                     const std::function<void(int64_t, int64_t)>& progress = {});
 
 std::unique_ptr<causal_lm> make_dense_decoder(const model_config& c, decoder_weights w, backend& be,
                                               const model_options& opt);

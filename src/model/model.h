@@ -59,6 +59,8 @@ class causal_lm {
 struct model_options {
     int64_t max_tokens = 512;  // rows per forward (max_num_batched_tokens)
     matmul_mode mode = matmul_mode::AUTO;
+    // Called after each layer's weights are prepared: (layers done, n_layer). For progress bars.
+    std::function<void(int64_t, int64_t)> progress;
 };
 
 // Builds the architecture named by cfg.architecture. Weights are prepared for the backend (uploaded,
