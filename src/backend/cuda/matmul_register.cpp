@@ -1,11 +1,15 @@
 // Registration of the CUDA matmul kernels' tables (owned by the matmul kernels: add one
-// register_<file>(r) line per src/backend/cuda/matmul_*.cu file). Empty until they land.
+// register_<file>(r) line per src/backend/cuda/matmul_*.cu file).
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul_launch.h"
 
 namespace tetra {
 namespace cuda {
 
-void register_matmul(kernel_registry& r) { (void)r; }
+void register_matmul(kernel_registry& r) {
+    register_matmul_nvfp4_w4a16_sm80(r);
+    register_matmul_dense_bf16_cublaslt(r);
+}
 
 }  // namespace cuda
 }  // namespace tetra

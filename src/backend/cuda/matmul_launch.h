@@ -1,0 +1,95 @@
+// Host launchers of the CUDA matmul kernels (bf16 activations, f32 accumulation), usable without
+// the backend object: raw device pointers and a stream. The registry entries (matmul_*_sm80.cu)
+// wrap these; tests and bench/bench_matmul.cu call them directly.
+//   matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on a re-laid weight (w4a16_sm80_pack) — mma.sync bf16
+//     small-M kernel (M ≤ 64) and, for larger M, dequant-to-bf16 tiles + cuBLASLt.
+//   matmul_dense_bf16: cuBLASLt bf16 GEMM (lm_head, dense layers).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/registry.h"
+#include "io/weights.h"
+
+namespace tetra {
+namespace cuda {
+
+// ---- backend glue ----------------------------------------------------------------------------
+// Registry entries (called from register_matmul in matmul_register.cpp).
+void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
+void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
+// The prepare step of matmul_nvfp4_w4a16_sm80 (for cuda_backend::prepare_linear): packs a host
+// NVFP4 weight (w4a16_sm80_pack) and uploads it; codes/scales become u8 [bytes] tensors in the
+// packed layout (the kernel's accepts() checks for it). The canonical host bytes stay the truth.
+linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host);
+
+// ---- W4A16 re-laid weight --------------------------------------------------------------------
+// Tiles of 16 rows × 64 k ("chunks"), 8 chunks = one scale group (512 k). Per (tile, chunk) 32
+// lanes × 16 B of codes, per (tile, group) 32 lanes × 16 B of scales: exactly the registers of
+// one mma.sync m16n8k16 warp (layout in matmul_nvfp4_w4a16_sm80.cu). Padding is zero.
+struct w4a16_sm80_dims {
+    int64_t n = 0, k = 0;
+    int64_t n_tiles = 0, k_chunks = 0, k_groups = 0;
+    size_t codes_bytes = 0, scales_bytes = 0;
+};
+w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k);  // k must be a multiple of 16
+
+// Host re-layout of the canonical bytes. codes: u8 [n, k/2] (even element in the low nibble);
+// scales: e4m3 [n, k/16]; packed_codes/packed_scales: host buffers of dims sizes.
+void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
+                     uint8_t* packed_codes, uint8_t* packed_scales);
+
+// A re-laid weight on the device.
+struct w4a16_sm80_weight {
+    const void* codes = nullptr;   // packed codes (16-B aligned)
+    const void* scales = nullptr;  // packed scales (16-B aligned)
+    int64_t n = 0, k = 0;
+    float scale_global = 1.0f;     // w = e2m1 · e4m3 · scale_global
+};
+
+// Device scratch the W4A16 launcher needs. `counters` must be zero before the first launch
+// (cudaMemset once); every launch leaves it zero again, so it can be reused and captured.
+struct w4a16_sm80_workspace {
+    void* partial = nullptr;   // f32 split-K partial sums
+    size_t partial_bytes = 0;
+    int* counters = nullptr;   // one per 128-row block
+    size_t counter_count = 0;
+    void* dequant = nullptr;   // bf16 weight tiles of the large-M path
+    size_t dequant_bytes = 0;
+    void* cublas = nullptr;    // cuBLASLt workspace of the large-M path
+    size_t cublas_bytes = 0;
+};
+// Sizes for shapes up to (m_max, n, k) on a device with `sm_count` SMs.
+w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count);
+
+constexpr int64_t W4A16_SM80_SMALL_M_MAX = 64;
+
+// out[m, n] = x[m, k] · Wᵀ. x: bf16 [m, k]; out: bf16 [m, n]. Picks the small-M kernel for
+// m ≤ W4A16_SM80_SMALL_M_MAX, else the dequant + cuBLASLt path. Deterministic (fixed-order
+// split-K reduction, no float atomics).
+void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s);
+// The two paths, for tests and the bench.
+void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w,
+                                          void* out, const w4a16_sm80_workspace& ws, int sm_count,
+                                          cudaStream_t s);
+void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_sm80_weight& w,
+                                          void* out, const w4a16_sm80_workspace& ws, cudaStream_t s);
+// Rows [n0, n0 + rows) of the weight dequantized to bf16 [rows, k] as e2m1 · e4m3 · 2^-8 (exact;
+// scale_global · 2^8 goes into the GEMM's alpha).
+void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t rows, void* dst,
+                               cudaStream_t s);
+
+// ---- dense bf16 (cuBLASLt) -------------------------------------------------------------------
+// out[i, j] (row stride ld_out) = alpha · Σ_k x[i, k] · w[j, k]. x: bf16 [m, k]; w: bf16 [n, k];
+// out: bf16. The cuBLASLt handle and the per-shape algorithm cache are process-wide (per device);
+// `ws` is the cuBLASLt workspace (no allocation inside, so the call can be graph-captured once
+// the shape has been seen).
+void gemm_bf16_tn_launch(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k,
+                         int64_t ld_out, float alpha, void* ws, size_t ws_bytes, cudaStream_t s);
+constexpr size_t CUBLASLT_WORKSPACE_BYTES = size_t(32) << 20;
+
+}  // namespace cuda
+}  // namespace tetra

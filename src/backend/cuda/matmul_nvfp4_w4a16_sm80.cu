@@ -1,0 +1,620 @@
+// matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on mma.sync m16n8k16 bf16 (sm_80+), swap-AB: 16 weight
+// rows are the A operand, up to 64 activation rows the B operand (n8 tiles). Weights stream once
+// with 16-B ld.global.nc.L1::no_allocate loads from an offline re-layout (w4a16_sm80_pack) in which
+// each lane's 16 B are exactly its A registers for 4 MMAs; e2m1 → bf16 by bit placement
+// (v·2^-126), × bf16(e4m3 · 2^118) — exact (kernels.md §3.3) — and scale_global · 2^8 in the f32
+// epilogue. Split-K over 512-k groups, reduced in a fixed order by the last CTA of each row block
+// (integer counter; no float atomics). M > 64: weight dequantized to bf16 tiles + cuBLASLt.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul_launch.h"
+
+namespace tetra {
+namespace cuda {
+
+namespace {
+
+constexpr int WARPS = 8, THREADS = WARPS * 32, ROWS_PER_CTA = WARPS * 16;
+constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
+constexpr int RING_BYTES = WARPS * 8 * 32 * 16;             // per-warp rings of 8 chunk slots
+constexpr int X_SMEM_MAX = RING_BYTES + 2 * 64 * (512 + 8) * 2;  // + two x slots at m = 64
+constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows across banks
+
+// ---- packed layout (host) ----------------------------------------------------------------------
+// codes: [n_tiles][k_chunks][32 lanes][16 B]. Lane (g = lane/4, t = lane%4), word j (MMA j of the
+// chunk) holds 8 codes; register i (a0..a3) takes nibbles (3-i) and (7-i) after `<< 4i`:
+//   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); nibble 3-i = code(row, k),
+//   nibble 7-i = code(row, k+1). MMA k-slots 2t,2t+1 | 2t+8,2t+9 ↔ k 16t+4j+{0,1} | {2,3}, so
+//   thread t's 16 k of a chunk are one scale block (4·chunk + t) for both of its rows.
+// scales: [n_tiles][k_groups][32 lanes][16 B]: byte 2c = scale(row g, block 4·(8·group+c)+t),
+//   byte 2c+1 = the same block of row g+8.
+inline uint8_t code_at(const uint8_t* codes, int64_t n, int64_t k, int64_t row, int64_t col) {
+    if (row >= n || col >= k) return 0;
+    uint8_t b = codes[row * (k / 2) + col / 2];
+    return (col & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xF);
+}
+
+inline uint8_t scale_at(const uint8_t* scales, int64_t n, int64_t k, int64_t row, int64_t blk) {
+    if (row >= n || blk >= k / 16) return 0;
+    return scales[row * (k / 16) + blk];
+}
+
+// ---- device helpers ----------------------------------------------------------------------------
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Register i of a packed word: two e2m1 codes as bf16 bits s·000000e·em·000000 = value · 2^-126.
+__device__ __forceinline__ uint32_t e2m1x2_to_bf16x2_scaled(uint32_t w, int i) {
+    uint32_t x = w << (4 * i);
+    return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// Two e4m3 scales (low byte: row g, high byte: row g+8) → bf16x2 {s·2^118, s·2^118} each (exact:
+// e4m3 → f16 is exact, and s·2^118 ≤ 448·2^118 fits bf16).
+__device__ __forceinline__ void scales_to_bf16x2(uint32_t two, uint32_t& s0, uint32_t& s1) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xFFFFu), __NV_E4M3);
+    const float k2_118 = 3.3230699894622794e35f;  // 2^118
+    float f0 = __half2float(__half(__half_raw{h.x})) * k2_118;
+    float f1 = __half2float(__half(__half_raw{h.y})) * k2_118;
+    __nv_bfloat162 b0 = __floats2bfloat162_rn(f0, f0), b1 = __floats2bfloat162_rn(f1, f1);
+    s0 = *reinterpret_cast<uint32_t*>(&b0);
+    s1 = *reinterpret_cast<uint32_t*>(&b1);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+struct small_params {
+    const uint4* codes;
+    const uint4* scales;
+    const __nv_bfloat16* x;  // [m, k]
+    __nv_bfloat16* out;      // [m, n]
+    float* partial;          // [splits][n_tiles·16][m rounded up to 4]
+    int* counters;           // [row blocks]
+    int m, n, k, n_tiles, k_chunks, k_groups, gps, splits;
+    float alpha;             // scale_global · 2^8
+};
+
+// Accumulator sets per n8 tile: two (even/odd chunks) break the dependent HMMA chain where the
+// registers allow. Both m ≤ 8 and m ≤ 16 use two, so their per-row summation order is the same.
+template <int NT> struct acc_sets { static constexpr int value = NT <= 2 ? 2 : 1; };
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+// 16 B global → shared; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// x[:, grp·512 .. +512) → one smem slot [m][512 + X_PAD] (zero-filled beyond k). Not committed:
+// the copies join the caller's next commit group.
+__device__ __forceinline__ void stage_x(const small_params& p, int grp, __nv_bfloat16* slot) {
+    for (int v = threadIdx.x; v < p.m * (GROUP_K / 8); v += THREADS) {
+        int r = v / (GROUP_K / 8), kk = (v % (GROUP_K / 8)) * 8, kg = grp * GROUP_K + kk;
+        const __nv_bfloat16* src = p.x + size_t(r) * p.k + (kg < p.k ? kg : 0);
+        cp_async16(smem_addr(slot + r * (GROUP_K + X_PAD) + kk), src, kg < p.k ? 16 : 0);
+    }
+}
+
+// One chunk (16 rows × 64 k) of one warp: 4 MMAs per n8 tile. q: the lane's 16 code bytes;
+// two: the chunk's two e4m3 scales (row g, row g+8); xs: the group's x slot; xk: chunk offset.
+// xr[u]: this lane's x row 8u+g in the group's slot at k 16t (null for rows ≥ m: zeros).
+template <int NT>
+__device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, const uint4* const (&xr)[NT], int i,
+                                              float (&acc)[NT][4]) {
+    uint32_t s0, s1;
+    scales_to_bf16x2(two, s0, s1);
+    uint4 blo[NT], bhi[NT];
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+        if (xr[u]) {
+            blo[u] = xr[u][i * (CHUNK_K / 8)];
+            bhi[u] = xr[u][i * (CHUNK_K / 8) + 1];
+        } else {
+            blo[u] = make_uint4(0, 0, 0, 0);
+            bhi[u] = blo[u];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t w = word_of(q, j);
+        uint32_t a0 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 0), s0);
+        uint32_t a1 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 1), s1);
+        uint32_t a2 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 2), s0);
+        uint32_t a3 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 3), s1);
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            const uint4& b = j < 2 ? blo[u] : bhi[u];
+            uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
+            mma_bf16_16816(acc[u], a0, a1, a2, a3, b0, b1);
+        }
+    }
+}
+
+// cp.async of this lane's 16 B of a chunk into ring slot `slot` (zeros when !ok: past the last
+// chunk or an idle warp; the source is then not read, the pointer is clamped anyway).
+__device__ __forceinline__ void fetch_chunk(const small_params& p, bool ok, const uint4* src, uint32_t slot) {
+    cp_async16(slot, ok ? src : p.codes, ok ? 16 : 0);
+}
+
+template <int NT> struct ctas_per_sm { static constexpr int value = NT <= 2 ? 3 : NT == 4 ? 2 : 1; };
+
+// grid (row blocks of 128 rows, splits); 8 warps, one 16-row tile each. Weights stream through a
+// per-warp ring of 8 chunk slots in shared memory (cp.async, one commit group per chunk, refilled
+// with the next group's chunk as soon as a slot is consumed: 7–8 chunks = 3.5–4 KB in flight per
+// warp without holding registers); x goes through two group slots; one barrier per group.
+template <int NT>
+__global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_w4a16_small_kernel(small_params p) {
+    extern __shared__ uint4 smem_raw[];
+    __shared__ int s_last;
+    constexpr int A = acc_sets<NT>::value;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
+    const uint32_t ring_sa = smem_addr(ring);
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
+    const int slot_elems = p.m * (GROUP_K + X_PAD);
+    const int tile = blockIdx.x * WARPS + warp, split = blockIdx.y;
+    const int g0 = split * p.gps, g1 = min(p.k_groups, g0 + p.gps);
+    const bool active = tile < p.n_tiles;
+    const uint4* cbase = p.codes + size_t(tile) * p.k_chunks * 32 + lane;
+    const uint4* sbase = p.scales + size_t(tile) * p.k_groups * 32 + lane;
+
+    // Prologue: commit group (g0, i) = chunk i of g0, plus x of g0 in group (g0, 0).
+#pragma unroll
+    for (int i = 0; i < GROUP_CHUNKS; ++i) {
+        fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0 * GROUP_CHUNKS + i) * 32,
+                    ring_sa + 512 * i);
+        if (i == 0) stage_x(p, g0, xs);
+        cp_async_commit();
+    }
+    uint4 s_cur = active ? ld_stream(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
+
+    float acc[A][NT][4];
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
+    for (int grp = g0; grp < g1; ++grp) {
+        const bool more = grp + 1 < g1;
+        const uint4* cnext = cbase + size_t(grp + 1) * GROUP_CHUNKS * 32;      // next group's chunks
+        const int n_next = active ? min(GROUP_CHUNKS, p.k_chunks - (grp + 1) * GROUP_CHUNKS) : 0;
+        const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
+        const __nv_bfloat16* xg = xs + ((grp - g0) & 1) * slot_elems;
+        const uint4* xr[NT];
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+            xr[u] = 8 * u + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * u + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
+#pragma unroll
+        for (int i = 0; i < GROUP_CHUNKS; ++i) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (grp, i) landed
+            if (i == 0) {
+                __syncthreads();  // x of grp visible; every warp is done with grp-1's x slot
+                if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
+            }
+            if (i < n_cur) {
+                uint4 q = ring[32 * i];
+                compute_chunk<NT>(q, word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
+            }
+            if (more) {
+                fetch_chunk(p, i < n_next, cnext + 32 * i, ring_sa + 512 * i);  // slot i consumed above
+                if (i == 0) stage_x(p, grp + 1, xs + ((grp + 1 - g0) & 1) * slot_elems);
+            }
+            cp_async_commit();  // possibly empty: keeps one group per chunk
+        }
+        s_cur = s_next;
+    }
+    cp_async_wait_all();
+    if (A == 2) {
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[0][u][e] += acc[A - 1][u][e];
+    }
+
+    const int n0 = tile * 16 + g;
+    if (p.splits == 1) {
+        if (!active) return;
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int n = n0 + 8 * (e >> 1), m = 8 * u + 2 * t + (e & 1);
+                if (n < p.n && m < p.m) p.out[size_t(m) * p.n + n] = __float2bfloat16_rn(acc[0][u][e] * p.alpha);
+            }
+        return;
+    }
+    const int n_pad = p.n_tiles * 16, mp = (p.m + 3) & ~3;  // partial rows padded to float4
+    if (active) {
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int n = n0 + 8 * (e >> 1), m = 8 * u + 2 * t + (e & 1);
+                if (m < p.m) p.partial[(size_t(split) * n_pad + n) * mp + m] = acc[0][u][e];
+            }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[blockIdx.x], 1) == p.splits - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    // Last CTA of this row block: sum the splits in order 0..splits-1 (deterministic). One item =
+    // 4 adjacent m of one row (float4), loads issued 8 splits at a time so L2 round trips overlap.
+    const int nb = blockIdx.x * ROWS_PER_CTA, mq = mp / 4;
+    for (int e = threadIdx.x; e < ROWS_PER_CTA * mq; e += THREADS) {
+        int n = nb + e / mq, m0 = 4 * (e % mq);
+        if (n >= p.n) continue;
+        const float4* src = reinterpret_cast<const float4*>(p.partial + size_t(n) * mp + m0);
+        const size_t stride = size_t(n_pad) * mp / 4;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int sp = 0; sp < p.splits; sp += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) v[u] = sp + u < p.splits ? __ldcg(src + (sp + u) * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (sp + u < p.splits) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+        }
+        const float r[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (m0 + j < p.m) p.out[size_t(m0 + j) * p.n + n] = __float2bfloat16_rn(r[j] * p.alpha);
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;  // ready for the next launch / graph replay
+}
+
+// Weight rows dequantized to bf16 (value · 2^-8): one warp per (tile, chunk).
+__global__ void __launch_bounds__(THREADS) w4a16_dequant_kernel(const uint4* codes, const uint4* scales, int n, int k,
+                                                                 int k_chunks, int k_groups, int tile0, int n0,
+                                                                 int rows, __nv_bfloat16* dst) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t item = int64_t(blockIdx.x) * WARPS + (threadIdx.x >> 5);
+    const int n_tiles_here = (n0 + rows + 15) / 16 - tile0;
+    if (item >= int64_t(n_tiles_here) * k_chunks) return;
+    const int tile = tile0 + int(item / k_chunks), chunk = int(item % k_chunks);
+    const uint4 c = ld_stream(codes + (size_t(tile) * k_chunks + chunk) * 32 + lane);
+    const uint4 s = ld_stream(scales + (size_t(tile) * k_groups + chunk / GROUP_CHUNKS) * 32 + lane);
+    uint32_t s0, s1;
+    const int ci = chunk % GROUP_CHUNKS;
+    scales_to_bf16x2(word_of(s, ci >> 1) >> (16 * (ci & 1)), s0, s1);
+    uint32_t r0[8], r1[8];  // rows g and g+8: k = 16t + 0..15 of the chunk, in order
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t w = word_of(c, j);
+        r0[2 * j] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 0), s0);
+        r1[2 * j] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 1), s1);
+        r0[2 * j + 1] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 2), s0);
+        r1[2 * j + 1] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 3), s1);
+    }
+    const int kk = chunk * CHUNK_K + 16 * t;
+    if (kk >= k) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int row = tile * 16 + g + 8 * h;
+        if (row < n0 || row >= n0 + rows || row >= n) continue;
+        const uint32_t* r = h ? r1 : r0;
+        uint4* d = reinterpret_cast<uint4*>(dst + size_t(row - n0) * k + kk);
+        d[0] = make_uint4(r[0], r[1], r[2], r[3]);
+        d[1] = make_uint4(r[4], r[5], r[6], r[7]);
+    }
+}
+
+struct small_plan {
+    int gps = 1, splits = 1, row_blocks = 1;
+    size_t smem = 0;
+};
+
+// Split-K so that the grid fills at most one wave of 3 CTAs per SM (in the memory-bound regime a
+// partial second wave costs more than longer CTAs; every CTA has the same work). The plan
+// depends only on the weight shape and the SM count, so every row of a batch is summed in the same
+// order whatever m is (m ≤ 16 rows are bit-identical to a batch of one).
+small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
+    small_plan pl;
+    pl.row_blocks = int((d.n_tiles + WARPS - 1) / WARPS);
+    int64_t slots = 3 * int64_t(sm_count);  // resident CTAs of the m ≤ 16 kernels
+    int64_t want = std::max<int64_t>(1, slots / pl.row_blocks);  // never more than one wave
+    int64_t splits = std::min<int64_t>(want, d.k_groups);
+    pl.gps = int((d.k_groups + splits - 1) / splits);
+    pl.splits = int((d.k_groups + pl.gps - 1) / pl.gps);
+    pl.smem = RING_BYTES + 2 * size_t(m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
+    return pl;
+}
+
+template <int NT>
+void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s) {
+    auto kern = matmul_nvfp4_w4a16_small_kernel<NT>;
+    static bool attr_set = false;  // per template instance; the attribute is per-function
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
+        attr_set = true;
+    }
+    kern<<<dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), THREADS, pl.smem, s>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t dequant_rows_per_pass(const w4a16_sm80_workspace& ws, int64_t n, int64_t k) {
+    int64_t rows = int64_t(ws.dequant_bytes / (size_t(k) * 2));
+    return rows >= n ? n : rows / 256 * 256;
+}
+
+}  // namespace
+
+w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k) {
+    TETRA_CHECK(n > 0 && k > 0 && k % 16 == 0, "w4a16_sm80: weight [%lld, %lld]: expected n > 0 and k a multiple of 16",
+                (long long)n, (long long)k);
+    w4a16_sm80_dims d;
+    d.n = n, d.k = k;
+    d.n_tiles = (n + 15) / 16;
+    d.k_chunks = (k + CHUNK_K - 1) / CHUNK_K;
+    d.k_groups = (d.k_chunks + GROUP_CHUNKS - 1) / GROUP_CHUNKS;
+    d.codes_bytes = size_t(d.n_tiles * d.k_chunks) * 32 * 16;
+    d.scales_bytes = size_t(d.n_tiles * d.k_groups) * 32 * 16;
+    return d;
+}
+
+void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k, uint8_t* pc,
+                     uint8_t* ps) {
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
+    for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+        for (int64_t ch = 0; ch < d.k_chunks; ++ch)
+            for (int lane = 0; lane < 32; ++lane) {
+                int g = lane / 4, t = lane % 4;
+                uint8_t* dst = pc + ((tile * d.k_chunks + ch) * 32 + lane) * 16;
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t w = 0;
+                    for (int i = 0; i < 4; ++i) {
+                        int64_t row = tile * 16 + g + 8 * (i & 1), col = ch * CHUNK_K + 16 * t + 4 * j + 2 * (i >> 1);
+                        w |= uint32_t(code_at(codes, n, k, row, col)) << (4 * (3 - i));
+                        w |= uint32_t(code_at(codes, n, k, row, col + 1)) << (4 * (7 - i));
+                    }
+                    std::memcpy(dst + 4 * j, &w, 4);
+                }
+            }
+    for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+        for (int64_t grp = 0; grp < d.k_groups; ++grp)
+            for (int lane = 0; lane < 32; ++lane) {
+                int g = lane / 4, t = lane % 4;
+                uint8_t* dst = ps + ((tile * d.k_groups + grp) * 32 + lane) * 16;
+                for (int c = 0; c < GROUP_CHUNKS; ++c) {
+                    int64_t blk = 4 * (grp * GROUP_CHUNKS + c) + t;
+                    dst[2 * c] = scale_at(scales, n, k, tile * 16 + g, blk);
+                    dst[2 * c + 1] = scale_at(scales, n, k, tile * 16 + g + 8, blk);
+                }
+            }
+}
+
+w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count) {
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
+    w4a16_sm80_workspace ws;
+    for (int64_t m = 1; m <= std::min(m_max, W4A16_SM80_SMALL_M_MAX); ++m) {
+        small_plan pl = plan_small(m, d, sm_count);
+        if (pl.splits > 1) ws.partial_bytes = std::max(ws.partial_bytes, size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4);
+        ws.counter_count = std::max(ws.counter_count, size_t(pl.row_blocks));
+    }
+    if (m_max > W4A16_SM80_SMALL_M_MAX) {
+        int64_t rows = std::min<int64_t>(n, std::max<int64_t>(256, (int64_t(64) << 20) / (k * 2) / 256 * 256));
+        ws.dequant_bytes = 2 * ((size_t(rows) * k * 2 + 255) / 256 * 256);  // two ping-pong buffers
+        ws.cublas_bytes = CUBLASLT_WORKSPACE_BYTES;
+    }
+    return ws;
+}
+
+void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                          const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s) {
+    TETRA_CHECK(m >= 1 && m <= W4A16_SM80_SMALL_M_MAX, "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows; got %lld",
+                (long long)W4A16_SM80_SMALL_M_MAX, (long long)m);
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
+    small_plan pl = plan_small(m, d, sm_count);
+    small_params p;
+    p.codes = static_cast<const uint4*>(w.codes);
+    p.scales = static_cast<const uint4*>(w.scales);
+    p.x = static_cast<const __nv_bfloat16*>(x);
+    p.out = static_cast<__nv_bfloat16*>(out);
+    p.partial = static_cast<float*>(ws.partial);
+    p.counters = ws.counters;
+    p.m = int(m), p.n = int(w.n), p.k = int(w.k);
+    p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
+    p.gps = pl.gps, p.splits = pl.splits;
+    p.alpha = w.scale_global * 256.0f;
+    if (pl.splits > 1) {
+        TETRA_CHECK(ws.partial_bytes >= size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4 && ws.counters &&
+                        ws.counter_count >= size_t(pl.row_blocks),
+                    "matmul_nvfp4_w4a16_sm80: workspace too small for [%lld x %lld] x [%lld x %lld]ᵀ "
+                    "(size it with w4a16_sm80_workspace_need)",
+                    (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
+    }
+    if (m <= 8) launch_small<1>(p, pl, s);
+    else if (m <= 16) launch_small<2>(p, pl, s);
+    else if (m <= 32) launch_small<4>(p, pl, s);
+    else launch_small<8>(p, pl, s);
+}
+
+void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t rows, void* dst, cudaStream_t s) {
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
+    TETRA_CHECK(n0 >= 0 && rows > 0 && n0 + rows <= w.n && n0 % 16 == 0,
+                "w4a16_sm80_dequant: rows [%lld, %lld) of %lld (start must be a multiple of 16)", (long long)n0,
+                (long long)(n0 + rows), (long long)w.n);
+    int64_t tile0 = n0 / 16, tiles = (n0 + rows + 15) / 16 - tile0, items = tiles * d.k_chunks;
+    w4a16_dequant_kernel<<<unsigned((items + WARPS - 1) / WARPS), THREADS, 0, s>>>(
+        static_cast<const uint4*>(w.codes), static_cast<const uint4*>(w.scales), int(w.n), int(w.k), int(d.k_chunks),
+        int(d.k_groups), int(tile0), int(n0), int(rows), static_cast<__nv_bfloat16*>(dst));
+    CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
+// A second stream per device for the large-M path: the weight of pass i+1 is dequantized there
+// while the GEMM of pass i runs on the caller's stream (fork/join through events, so the sequence
+// can be captured in a CUDA graph). One caller stream at a time per device.
+struct side_stream {
+    cudaStream_t s = nullptr;
+    cudaEvent_t fork = nullptr, deq_done[2] = {}, gemm_done[2] = {};
+};
+
+side_stream& side_for_device() {
+    static std::mutex mu;
+    static std::map<int, side_stream>* by_dev = new std::map<int, side_stream>();
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    side_stream& ss = (*by_dev)[dev];
+    if (!ss.s) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&ss.s, cudaStreamNonBlocking));
+        for (cudaEvent_t* e : {&ss.fork, &ss.deq_done[0], &ss.deq_done[1], &ss.gemm_done[0], &ss.gemm_done[1]})
+            CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+    return ss;
+}
+
+}  // namespace
+
+void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                          const w4a16_sm80_workspace& ws, cudaStream_t s) {
+    w4a16_sm80_workspace half = ws;  // two ping-pong dequant buffers
+    half.dequant_bytes = ws.dequant_bytes / 2 / 256 * 256;
+    int64_t rows = dequant_rows_per_pass(half, w.n, w.k);
+    TETRA_CHECK(rows >= 16 && ws.dequant && ws.cublas,
+                "matmul_nvfp4_w4a16_sm80: large-M path needs a dequant workspace of ≥ 2 × 16 rows × %lld bf16 and "
+                "a cuBLASLt workspace (size it with w4a16_sm80_workspace_need)",
+                (long long)w.k);
+    side_stream& ss = side_for_device();
+    CUDA_CHECK(cudaEventRecord(ss.fork, s));
+    CUDA_CHECK(cudaStreamWaitEvent(ss.s, ss.fork, 0));
+    int pass = 0;
+    for (int64_t n0 = 0; n0 < w.n; n0 += rows, ++pass) {
+        int64_t r = std::min(rows, w.n - n0);
+        int b = pass & 1;
+        void* buf = static_cast<char*>(ws.dequant) + size_t(b) * half.dequant_bytes;
+        if (pass >= 2) CUDA_CHECK(cudaStreamWaitEvent(ss.s, ss.gemm_done[b], 0));  // buffer free again
+        w4a16_sm80_dequant_launch(w, n0, r, buf, ss.s);
+        CUDA_CHECK(cudaEventRecord(ss.deq_done[b], ss.s));
+        CUDA_CHECK(cudaStreamWaitEvent(s, ss.deq_done[b], 0));
+        gemm_bf16_tn_launch(x, buf, static_cast<__nv_bfloat16*>(out) + n0, m, r, w.k, w.n, w.scale_global * 256.0f,
+                            ws.cublas, ws.cublas_bytes, s);
+        CUDA_CHECK(cudaEventRecord(ss.gemm_done[b], s));
+    }
+}
+
+void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s) {
+    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s);
+    else matmul_nvfp4_w4a16_sm80_large_launch(x, m, w, out, ws, s);
+}
+
+#ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build: launchers only
+// ---- backend glue: prepare step and registry entry -------------------------------------------
+
+linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host) {
+    TETRA_CHECK(host.kind == linear_kind::NVFP4 && host.codes.device == device_kind::CPU &&
+                    host.scales.device == device_kind::CPU,
+                "matmul_nvfp4_w4a16_sm80: prepare expects a host NVFP4 weight");
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(host.n_out, host.n_in);
+    TETRA_CHECK(host.codes.nbytes() == size_t(host.n_out * host.n_in / 2) &&
+                    host.scales.nbytes() == size_t(host.n_out * host.n_in / 16),
+                "matmul_nvfp4_w4a16_sm80: weight [%lld, %lld]: codes %s / scales %s do not match [n, k/2] / [n, k/16]",
+                (long long)host.n_out, (long long)host.n_in, host.codes.shape_str().c_str(),
+                host.scales.shape_str().c_str());
+    std::vector<uint8_t> pc(d.codes_bytes), ps(d.scales_bytes);
+    w4a16_sm80_pack(host.codes.ptr<uint8_t>(), static_cast<const uint8_t*>(host.scales.data), host.n_out,
+                    host.n_in, pc.data(), ps.data());
+    linear_weight w = host;
+    w.codes = be.upload(tensor::view(dtype::U8, {int64_t(pc.size())}, pc.data()));
+    w.scales = be.upload(tensor::view(dtype::U8, {int64_t(ps.size())}, ps.data()));
+    be.synchronize();  // the host buffers die here
+    return w;
+}
+
+namespace {
+
+// Split-K counters must stay zero between launches, so they live outside the shared scratch:
+// one zeroed buffer per (device, stream), grown before use (a growth synchronizes the stream).
+int* counters_for(cudaStream_t s, size_t count) {
+    static std::mutex mu;
+    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<int*, size_t>>();
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto& b = (*bufs)[{dev, s}];
+    if (b.second < count) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (b.first) CUDA_CHECK(cudaFree(b.first));
+        CUDA_CHECK(cudaMalloc(&b.first, count * sizeof(int)));
+        CUDA_CHECK(cudaMemset(b.first, 0, count * sizeof(int)));
+        b.second = count;
+    }
+    return b.first;
+}
+
+bool is_packed(const linear_weight& w) {
+    if (w.kind != linear_kind::NVFP4 || w.n_in % 16 != 0 || w.n_out <= 0) return false;
+    w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n_out, w.n_in);
+    return w.codes.rank() == 1 && w.codes.nbytes() == d.codes_bytes && w.scales.rank() == 1 &&
+           w.scales.nbytes() == d.scales_bytes;
+}
+
+std::string accepts_w4a16_sm80(const matmul_args& a) {
+    if (a.w->kind != linear_kind::NVFP4) return "weight is not NVFP4";
+    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
+    if (!is_packed(*a.w)) return "weight is not in the sm80 packed layout (prepare_linear did not re-lay it)";
+    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.m > INT32_MAX / 2) return "shape too large for int indexing";
+    return "";
+}
+
+void launch_w4a16_sm80(backend& be, const matmul_args& a) {
+    cudaStream_t s = stream_of(be);
+    int sms = be.device().sm_count;
+    w4a16_sm80_workspace ws = w4a16_sm80_workspace_need(a.m, a.n, a.k, sms);
+    size_t part = (ws.partial_bytes + 255) / 256 * 256, deq = (ws.dequant_bytes + 255) / 256 * 256;
+    char* base = static_cast<char*>(scratch(be, std::max<size_t>(1, part + deq + ws.cublas_bytes)));
+    ws.partial = base, ws.dequant = base + part, ws.cublas = base + part + deq;
+    ws.counters = ws.counter_count ? counters_for(s, ws.counter_count) : nullptr;
+    w4a16_sm80_weight w{a.w->codes.data, a.w->scales.data, a.n, a.k, a.w->scale_global};
+    matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s);
+}
+
+}  // namespace
+
+void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
+    kernel_req req = cuda_req(80, {dtype::BF16});
+    req.align = 16;
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", req, 10, accepts_w4a16_sm80,
+                                   launch_w4a16_sm80));
+}
+
+#endif  // TETRA_MATMUL_STANDALONE
+
+}  // namespace cuda
+}  // namespace tetra

@@ -1,0 +1,338 @@
+// GPU matmul kernels vs the CPU oracle (label gpu): W4A16 NVFP4 (small-M mma.sync kernel and the
+// dequant + cuBLASLt large-M path) and dense bf16 (cuBLASLt). The reference dequantizes with
+// src/nvfp4 (reference/nvfp4-format.md §3.3) and multiplies in double. Odd shapes (k a multiple of
+// 16 but not of 64, odd n), output sentinels, NaN parity, M=1 vs M=16 bit-identity, determinism,
+// an exhaustive exactness check of the in-register dequant (every code × every e4m3 scale), and
+// both kernels reached through the backend (registry selection, prepare step).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/matmul_launch.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "nvfp4/nvfp4.h"
+
+using namespace tetra;
+
+namespace {
+
+#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+struct dbuf {
+    void* p = nullptr;
+    size_t bytes = 0;
+    explicit dbuf(size_t b) : bytes(b) {
+        if (b && cudaMalloc(&p, b) != cudaSuccess) p = nullptr;
+        if (p) cudaMemset(p, 0, b);
+    }
+    ~dbuf() { if (p) cudaFree(p); }
+    dbuf(const dbuf&) = delete;
+    dbuf& operator=(const dbuf&) = delete;
+};
+
+int sm_count() {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+}
+
+// A random NVFP4 weight: all 16 codes, realistic e4m3 scales (2^-6 .. 2^3), scale_global 0.0123.
+struct host_weight {
+    int64_t n, k;
+    std::vector<uint8_t> codes, scales;
+    float scale_global = 0.0123f;
+};
+
+host_weight random_weight(int64_t n, int64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    host_weight w{n, k, std::vector<uint8_t>(size_t(n * k / 2)), std::vector<uint8_t>(size_t(n * k / 16))};
+    for (auto& c : w.codes) c = uint8_t(rng());
+    for (auto& s : w.scales) s = uint8_t(0x08 + rng() % 0x50) | uint8_t((rng() & 7) == 0 ? 0x80 : 0);
+    return w;
+}
+
+std::vector<uint16_t> random_bf16(int64_t count, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<uint16_t> v(static_cast<size_t>(count));
+    for (auto& e : v) e = f32_to_bf16(nd(rng));
+    return v;
+}
+
+// ref[m, n] = Σ_k x[m, k] · W[n, k] in double with W from nvfp4_dequantize; also Σ|x·W| per element.
+void oracle(const std::vector<uint16_t>& x, int64_t m, const std::vector<float>& wf, int64_t n, int64_t k,
+            std::vector<double>& ref, std::vector<double>& mag) {
+    ref.assign(size_t(m * n), 0.0), mag.assign(size_t(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0, a = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+                double p = double(bf16_to_f32(x[size_t(i * k + kk)])) * double(wf[size_t(j * k + kk)]);
+                s += p, a += std::fabs(p);
+            }
+            ref[size_t(i * n + j)] = s, mag[size_t(i * n + j)] = a;
+        }
+}
+
+std::vector<float> dequant_host(const host_weight& w) {
+    std::vector<float> wf(static_cast<size_t>(w.n * w.k));
+    nvfp4_dequantize(w.codes.data(), w.scales.data(), w.scale_global, w.n, w.k, wf.data());
+    return wf;
+}
+
+// Tolerance, per element: bf16 output rounding (≤ 2^-9 relative, 2^-8 allowed) plus f32
+// accumulation (≤ k·2^-24 · Σ|x·w|, the recursive-summation bound). NMSE ≤ 2^-18 (the square of
+// the largest relative bf16 rounding error; uniform rounding gives ≈ 1.3e-6) plus the accumulation
+// bound's share Σ(k·2^-24·Σ|x·w|)² / Σ ref². NaN must appear exactly where the oracle has NaN.
+void expect_close(const std::vector<uint16_t>& out, const std::vector<double>& ref, const std::vector<double>& mag,
+                  int64_t k, const char* what) {
+    double err2 = 0, ref2 = 0, acc2 = 0;
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        double o = bf16_to_f32(out[i]);
+        if (std::isnan(ref[i]) || std::isnan(o)) {
+            if (std::isnan(ref[i]) != std::isnan(o) && bad++ < 5)
+                ADD_FAILURE() << what << ": NaN mismatch at " << i << ": got " << o << ", want " << ref[i];
+            continue;
+        }
+        double tol = std::ldexp(std::fabs(ref[i]), -8) + double(k) * std::ldexp(mag[i], -24);
+        if (std::fabs(o - ref[i]) > tol && bad++ < 5)
+            ADD_FAILURE() << what << ": element " << i << ": got " << o << ", want " << ref[i] << " (tol " << tol << ")";
+        double acc = double(k) * std::ldexp(mag[i], -24);
+        err2 += (o - ref[i]) * (o - ref[i]), ref2 += ref[i] * ref[i], acc2 += acc * acc;
+    }
+    EXPECT_EQ(bad, 0) << what;
+    if (ref2 > 0) EXPECT_LE(err2 / ref2, std::ldexp(1.0, -18) + acc2 / ref2) << what << ": NMSE";
+}
+
+enum class path { AUTO, SMALL, LARGE };
+
+// The re-laid weight and workspace on the device.
+struct dev_weight {
+    cuda::w4a16_sm80_weight w;
+    cuda::w4a16_sm80_workspace ws;
+    std::unique_ptr<dbuf> codes, scales, partial, counters, dequant, cublas;
+    dev_weight(const host_weight& h, int64_t m_max) {
+        cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(h.n, h.k);
+        std::vector<uint8_t> pc(d.codes_bytes), ps(d.scales_bytes);
+        cuda::w4a16_sm80_pack(h.codes.data(), h.scales.data(), h.n, h.k, pc.data(), ps.data());
+        codes = std::make_unique<dbuf>(pc.size()), scales = std::make_unique<dbuf>(ps.size());
+        cudaMemcpy(codes->p, pc.data(), pc.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(scales->p, ps.data(), ps.size(), cudaMemcpyHostToDevice);
+        w.codes = codes->p, w.scales = scales->p, w.n = h.n, w.k = h.k, w.scale_global = h.scale_global;
+        ws = cuda::w4a16_sm80_workspace_need(std::max<int64_t>(m_max, 65), h.n, h.k, sm_count());
+        partial = std::make_unique<dbuf>(ws.partial_bytes);
+        counters = std::make_unique<dbuf>(ws.counter_count * sizeof(int));
+        dequant = std::make_unique<dbuf>(ws.dequant_bytes);
+        cublas = std::make_unique<dbuf>(ws.cublas_bytes);
+        ws.partial = partial->p, ws.counters = static_cast<int*>(counters->p);
+        ws.dequant = dequant->p, ws.cublas = cublas->p;
+    }
+};
+
+constexpr int GUARD = 64;  // bf16 sentinels before and after every output
+constexpr uint16_t SENTINEL = 0x7F7F;
+
+// Runs the W4A16 launcher; returns the [m, n] output, checking the guards.
+std::vector<uint16_t> run_w4a16(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, path pth) {
+    int64_t n = dw.w.n;
+    dbuf dx(x.size() * 2), dout(size_t(m * n + 2 * GUARD) * 2);
+    std::vector<uint16_t> host(static_cast<size_t>(m * n + 2 * GUARD), SENTINEL);
+    cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
+    uint16_t* out = static_cast<uint16_t*>(dout.p) + GUARD;
+    if (pth == path::SMALL) cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx.p, m, dw.w, out, dw.ws, sm_count(), 0);
+    else if (pth == path::LARGE) cuda::matmul_nvfp4_w4a16_sm80_large_launch(dx.p, m, dw.w, out, dw.ws, 0);
+    else cuda::matmul_nvfp4_w4a16_sm80_launch(dx.p, m, dw.w, out, dw.ws, sm_count(), 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < GUARD; ++i) {
+        EXPECT_EQ(host[size_t(i)], SENTINEL) << "guard before the output overwritten at " << i;
+        EXPECT_EQ(host[host.size() - 1 - size_t(i)], SENTINEL) << "guard after the output overwritten";
+    }
+    return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
+}
+
+struct shape { int64_t n, k; };
+const shape k_shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}};
+const int64_t k_ms[] = {1, 3, 16, 17, 100};
+
+}  // namespace
+
+TEST(matmul_w4a16_sm80, matches_oracle_odd_shapes) {
+    uint32_t seed = 1;
+    for (const shape& s : k_shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 100);
+        for (int64_t m : k_ms) {
+            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
+            std::vector<double> ref, mag;
+            oracle(x, m, wf, s.n, s.k, ref, mag);
+            std::string what = "n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m);
+            expect_close(run_w4a16(dw, x, m, path::AUTO), ref, mag, s.k, (what + " auto").c_str());
+            // Both paths at every m they take: small up to 64 rows, large for any m.
+            if (m <= cuda::W4A16_SM80_SMALL_M_MAX)
+                expect_close(run_w4a16(dw, x, m, path::LARGE), ref, mag, s.k, (what + " large").c_str());
+        }
+    }
+}
+
+TEST(matmul_w4a16_sm80, small_kernel_all_row_counts) {
+    host_weight hw = random_weight(129, 1552, 77);  // 1552 = 24·64 + 16: partial last chunk and group
+    std::vector<float> wf = dequant_host(hw);
+    dev_weight dw(hw, 64);
+    for (int64_t m : {2, 8, 9, 24, 32, 33, 48, 64}) {
+        std::vector<uint16_t> x = random_bf16(m * hw.k, 1000 + uint32_t(m));
+        std::vector<double> ref, mag;
+        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        expect_close(run_w4a16(dw, x, m, path::SMALL), ref, mag, hw.k, ("small m=" + std::to_string(m)).c_str());
+    }
+}
+
+TEST(matmul_w4a16_sm80, nan_parity) {
+    host_weight hw = random_weight(100, 208, 5);
+    hw.scales[size_t(3 * (208 / 16) + 2)] = 0x7F;  // NaN block scale: row 3 is NaN for every m
+    std::vector<float> wf = dequant_host(hw);
+    dev_weight dw(hw, 100);
+    for (int64_t m : {1, 16, 17, 100}) {
+        std::vector<uint16_t> x = random_bf16(m * hw.k, 9);
+        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;  // NaN activation: one output row NaN
+        std::vector<double> ref, mag;
+        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        ASSERT_TRUE(std::isnan(ref[3]));
+        for (path p : {path::AUTO, path::LARGE})
+            expect_close(run_w4a16(dw, x, m, p), ref, mag, hw.k, ("nan m=" + std::to_string(m)).c_str());
+    }
+}
+
+TEST(matmul_w4a16_sm80, rows_of_m16_equal_m1_bitwise_and_deterministic) {
+    host_weight hw = random_weight(4096, 4096, 11);
+    dev_weight dw(hw, 16);
+    std::vector<uint16_t> x = random_bf16(16 * hw.k, 12);
+    std::vector<uint16_t> out16 = run_w4a16(dw, x, 16, path::SMALL);
+    std::vector<uint16_t> again = run_w4a16(dw, x, 16, path::SMALL);
+    EXPECT_EQ(out16, again) << "two launches differ (nondeterministic reduction or stale split-K counters)";
+    for (int64_t r : {0, 7, 8, 15}) {
+        std::vector<uint16_t> xr(x.begin() + r * hw.k, x.begin() + (r + 1) * hw.k);
+        std::vector<uint16_t> out1 = run_w4a16(dw, xr, 1, path::SMALL);
+        EXPECT_EQ(0, std::memcmp(out1.data(), out16.data() + r * hw.n, size_t(hw.n) * 2)) << "row " << r;
+    }
+    // and the values are right
+    std::vector<float> wf = dequant_host(hw);
+    std::vector<uint16_t> x2(x.begin(), x.begin() + 2 * hw.k);
+    std::vector<double> ref, mag;
+    oracle(x2, 2, wf, hw.n, hw.k, ref, mag);
+    expect_close(std::vector<uint16_t>(out16.begin(), out16.begin() + 2 * hw.n), ref, mag, hw.k, "4096x4096 m=16");
+}
+
+// Every e2m1 code × every e4m3 scale byte through the device dequant: exactly e2m1 · e4m3 · 2^-8
+// in bf16 (the product has ≤ 6 significant bits), NaN for the two NaN scales.
+TEST(matmul_w4a16_sm80, dequant_exact_all_codes_all_scales) {
+    const int64_t n = 256, k = 64;
+    host_weight hw{n, k, std::vector<uint8_t>(size_t(n * k / 2)), std::vector<uint8_t>(size_t(n * k / 16))};
+    for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k / 2; ++c) hw.codes[size_t(r * k / 2 + c)] = e2m1_pack(uint8_t(2 * c), uint8_t(2 * c + 1));
+        for (int64_t b = 0; b < k / 16; ++b) hw.scales[size_t(r * k / 16 + b)] = uint8_t(r);
+    }
+    dev_weight dw(hw, 1);
+    dbuf dst(size_t(n * k) * 2);
+    cuda::w4a16_sm80_dequant_launch(dw.w, 0, n, dst.p, 0);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(static_cast<size_t>(n * k));
+    CK(cudaMemcpy(got.data(), dst.p, got.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+            double want = double(e2m1_decode(uint8_t(c & 15))) * double(e4m3_decode(uint8_t(r))) / 256.0;
+            float g = bf16_to_f32(got[size_t(r * k + c)]);
+            bool ok = std::isnan(want) ? std::isnan(g) : (double(g) == want && f32_to_bf16(float(want)) == got[size_t(r * k + c)]);
+            if (!ok && bad++ < 8) ADD_FAILURE() << "scale 0x" << std::hex << r << std::dec << " code " << (c & 15) << ": got " << g << ", want " << want;
+        }
+    EXPECT_EQ(bad, 0);
+}
+
+TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
+    struct cse { int64_t m, n, k; };
+    uint32_t seed = 100;
+    for (cse c : {cse{1, 33, 80}, cse{3, 257, 208}, cse{17, 1000, 1040}, cse{100, 61, 4112}, cse{16, 4096, 4096}}) {
+        std::vector<uint16_t> x = random_bf16(c.m * c.k, seed++), w = random_bf16(c.n * c.k, seed++);
+        std::vector<float> wf(w.size());
+        for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
+        std::vector<double> ref, mag;
+        oracle(x, c.m, wf, c.n, c.k, ref, mag);
+        dbuf dx(x.size() * 2), dw(w.size() * 2), dout(size_t(c.m * c.n + 2 * GUARD) * 2), ws(cuda::CUBLASLT_WORKSPACE_BYTES);
+        std::vector<uint16_t> host(static_cast<size_t>(c.m * c.n + 2 * GUARD), SENTINEL);
+        CK(cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dw.p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+        cuda::gemm_bf16_tn_launch(dx.p, dw.p, static_cast<uint16_t*>(dout.p) + GUARD, c.m, c.n, c.k, c.n, 1.0f, ws.p,
+                                  ws.bytes, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < GUARD; ++i) {
+            EXPECT_EQ(host[size_t(i)], SENTINEL);
+            EXPECT_EQ(host[host.size() - 1 - size_t(i)], SENTINEL);
+        }
+        std::string what = "dense m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k);
+        expect_close(std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD), ref, mag, c.k, what.c_str());
+    }
+}
+
+#ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build has no backend library
+// Through the backend: the prepare step re-lays the weight, backend::matmul validates and the
+// registry picks the CUDA kernels (the only eligible ones for cuda tensors); W4A16 and dense.
+TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
+    ASSERT_GT(cuda_device_count(), 0);
+    std::unique_ptr<backend> be = make_cuda_backend(0);
+    host_weight hw = random_weight(257, 1040, 21);
+    std::vector<float> wf = dequant_host(hw);
+    linear_weight lw;
+    lw.kind = linear_kind::NVFP4, lw.n_out = hw.n, lw.n_in = hw.k, lw.scale_global = hw.scale_global;
+    lw.codes = tensor::view(dtype::U8, {hw.n, hw.k / 2}, hw.codes.data());
+    lw.scales = tensor::view(dtype::E4M3, {hw.n, hw.k / 16}, hw.scales.data());
+    linear_weight dw = cuda::matmul_nvfp4_w4a16_sm80_prepare(*be, lw);
+    std::vector<uint16_t> wd(size_t(hw.n * hw.k));  // the dense twin: the dequantized weight in bf16
+    std::vector<float> wdf(wd.size());
+    for (size_t i = 0; i < wd.size(); ++i) wd[i] = f32_to_bf16(wf[i]), wdf[i] = bf16_to_f32(wd[i]);
+    linear_weight dense;
+    dense.kind = linear_kind::DENSE, dense.n_out = hw.n, dense.n_in = hw.k;
+    dense.dense = tensor::view(dtype::BF16, {hw.n, hw.k}, wd.data());
+    linear_weight ddw = be->prepare_linear(dense);
+    for (int64_t m : {1, 16, 100}) {
+        std::vector<uint16_t> x = random_bf16(m * hw.k, 22 + uint32_t(m));
+        tensor xd = be->upload(tensor::view(dtype::BF16, {m, hw.k}, x.data()));
+        tensor out = be->alloc(dtype::BF16, {m, hw.n});
+        std::vector<uint16_t> got(size_t(m * hw.n));
+        std::vector<double> ref, mag;
+        be->matmul(xd, dw, out, matmul_mode::W4A16);
+        be->download(out, got.data());
+        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        expect_close(got, ref, mag, hw.k, ("backend w4a16 m=" + std::to_string(m)).c_str());
+        be->matmul(xd, ddw, out, matmul_mode::AUTO);
+        be->download(out, got.data());
+        oracle(x, m, wdf, hw.n, hw.k, ref, mag);
+        expect_close(got, ref, mag, hw.k, ("backend dense m=" + std::to_string(m)).c_str());
+    }
+    // the canonical (not re-laid) weight is rejected with the reason, not run wrongly
+    linear_weight canon = lw;
+    canon.codes = be->upload(lw.codes), canon.scales = be->upload(lw.scales);
+    tensor xd = be->alloc(dtype::BF16, {1, hw.k}), out = be->alloc(dtype::BF16, {1, hw.n});
+    try {
+        be->matmul(xd, canon, out, matmul_mode::W4A16);
+        ADD_FAILURE() << "a canonical-layout weight was accepted by the sm80 kernel";
+    } catch (const tetra::error& e) {
+        EXPECT_NE(std::string(e.what()).find("packed layout"), std::string::npos) << e.what();
+    }
+}
+#endif
