@@ -71,5 +71,5 @@ target_compile_options(tetra_backend_cuda PRIVATE
 target_link_libraries(tetra_backend_cuda PUBLIC CUDA::cudart)
 
 target_sources(tetra_backend PRIVATE $<TARGET_OBJECTS:tetra_backend_cuda>)
-target_link_libraries(tetra_backend PUBLIC CUDA::cudart)
+target_link_libraries(tetra_backend PUBLIC CUDA::cudart CUDA::cublasLt)  # cublasLt: the dense matmul kernel
 target_compile_definitions(tetra_backend PUBLIC TETRA_HAVE_CUDA=1)
