@@ -5,6 +5,7 @@
 // Invariant: only the engine thread (or the caller of step() when no thread runs) touches the
 // model, the KV cache and the scheduler. Not here: tokenization, chat templates, HTTP.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -94,7 +95,7 @@ class request_stream {
     bool done() const;
 
   private:
-    friend class llm_engine;
+    friend struct engine_state;
     void push(request_output o, bool use_queue, bool last);
     std::string id_;
     mutable std::mutex mu_;
@@ -151,30 +152,36 @@ class llm_engine {
     bool step();
     bool has_work() const;
 
-    engine_stats stats() const;  // a consistent snapshot, any thread
+    // A consistent snapshot, any thread; published at the end of each step (after its outputs).
+    engine_stats stats() const;
     const engine_config& config() const { return cfg_; }  // defaults resolved
     int64_t max_model_len() const { return cfg_.max_model_len; }
     static double now();  // steady clock, seconds
 
   private:
+    friend struct engine_state;
     void loop();
-    bool step_locked();  // holds step_mu_
-    void drain_inbox();
+    bool step_locked();   // caller holds step_mu_
+    void drain_inbox();   // caller holds step_mu_: admits queued requests, applies deferred aborts
+    void publish_stats();  // caller holds step_mu_
     loaded_model& model_;
     engine_config cfg_;
     std::unique_ptr<kv_cache> kv_;
     std::unique_ptr<model_runner> runner_;
+    std::unique_ptr<engine_state> state_;  // blocks, requests, sampler, counters
     std::unique_ptr<scheduler> sched_;
-    std::unique_ptr<engine_state> state_;  // requests, sampler, per-step scratch
-    // inbox_mu_ guards the queues below and the flags; step_mu_ is held for a whole step.
-    mutable std::mutex inbox_mu_, step_mu_;
+    // Lock order: step_mu_ (held for a whole step, and by abort) before inbox_mu_ (the queues
+    // below, the flags and stats_; never held for long).
+    mutable std::mutex step_mu_, inbox_mu_;
     std::condition_variable cv_;
     std::deque<std::pair<engine_request, std::shared_ptr<request_stream>>> inbox_;
     std::unordered_set<std::string> in_flight_ids_;  // accepted, not yet done (duplicate check)
     std::vector<std::string> abort_inbox_;  // aborts asked from inside a step (callbacks)
     bool accepting_ = true, stop_thread_ = false, thread_running_ = false;
     std::thread thread_;
-    engine_stats stats_;  // published under inbox_mu_ after each step
+    std::atomic<int> abort_waiters_{0};  // the engine thread lets a waiting abort() in
+    std::atomic<std::thread::id> stepping_thread_{};
+    engine_stats stats_;
 };
 
 }  // namespace tetra
