@@ -21,8 +21,10 @@ namespace cuda {
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 // The prepare step of matmul_nvfp4_w4a16_sm80 (for cuda_backend::prepare_linear): packs a host
-// NVFP4 weight (w4a16_sm80_pack) and uploads it; codes/scales become u8 [bytes] tensors in the
-// packed layout (the kernel's accepts() checks for it). The canonical host bytes stay the truth.
+// NVFP4 weight (w4a16_sm80_pack) and uploads it. codes/scales keep the canonical shapes [n, k/2] /
+// [n, k/16] (so backend::matmul's checks pass) but point at the packed buffers (≥ those sizes);
+// the kernel's accepts() knows them by pointer. Do not download them as canonical bytes: the
+// canonical host bytes stay the truth.
 linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host);
 
 // ---- W4A16 re-laid weight --------------------------------------------------------------------

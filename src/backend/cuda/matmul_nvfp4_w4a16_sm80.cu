@@ -537,6 +537,40 @@ void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_w
 #ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build: launchers only
 // ---- backend glue: prepare step and registry entry -------------------------------------------
 
+namespace {
+
+// Device buffers holding a re-laid weight, by codes pointer: how accepts() tells a prepared weight
+// from a canonical one (both carry the canonical [n, k/2] / [n, k/16] shapes, so the op wrapper's
+// checks pass). An entry lives as long as the tensor's owner.
+std::mutex packed_mu;
+std::map<const void*, std::pair<int64_t, int64_t>>& packed_set() {
+    static auto* m = new std::map<const void*, std::pair<int64_t, int64_t>>();
+    return *m;
+}
+
+// The uploaded bytes of `buf`, shaped `shape` (a prefix view of the packed buffer), unregistered
+// from packed_set() when the last copy of the returned tensor dies.
+tensor packed_view(const tensor& buf, dtype t, std::vector<int64_t> shape, bool track, int64_t n, int64_t k) {
+    tensor v = buf;
+    v.type = t, v.shape = std::move(shape);
+    if (track) {
+        const void* key = buf.data;
+        {
+            std::lock_guard<std::mutex> lock(packed_mu);
+            packed_set()[key] = {n, k};
+        }
+        std::shared_ptr<void> keep = buf.owner;
+        v.owner = std::shared_ptr<void>(buf.data, [keep, key](void*) mutable {
+            std::lock_guard<std::mutex> lock(packed_mu);
+            packed_set().erase(key);
+            keep.reset();
+        });
+    }
+    return v;
+}
+
+}  // namespace
+
 linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host) {
     TETRA_CHECK(host.kind == linear_kind::NVFP4 && host.codes.device == device_kind::CPU &&
                     host.scales.device == device_kind::CPU,
@@ -550,10 +584,12 @@ linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& 
     std::vector<uint8_t> pc(d.codes_bytes), ps(d.scales_bytes);
     w4a16_sm80_pack(host.codes.ptr<uint8_t>(), static_cast<const uint8_t*>(host.scales.data), host.n_out,
                     host.n_in, pc.data(), ps.data());
-    linear_weight w = host;
-    w.codes = be.upload(tensor::view(dtype::U8, {int64_t(pc.size())}, pc.data()));
-    w.scales = be.upload(tensor::view(dtype::U8, {int64_t(ps.size())}, ps.data()));
+    tensor dc = be.upload(tensor::view(dtype::U8, {int64_t(pc.size())}, pc.data()));
+    tensor ds = be.upload(tensor::view(dtype::U8, {int64_t(ps.size())}, ps.data()));
     be.synchronize();  // the host buffers die here
+    linear_weight w = host;
+    w.codes = packed_view(dc, dtype::U8, {host.n_out, host.n_in / 2}, true, host.n_out, host.n_in);
+    w.scales = packed_view(ds, dtype::E4M3, {host.n_out, host.n_in / 16}, false, 0, 0);
     return w;
 }
 
@@ -579,10 +615,9 @@ int* counters_for(cudaStream_t s, size_t count) {
 }
 
 bool is_packed(const linear_weight& w) {
-    if (w.kind != linear_kind::NVFP4 || w.n_in % 16 != 0 || w.n_out <= 0) return false;
-    w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n_out, w.n_in);
-    return w.codes.rank() == 1 && w.codes.nbytes() == d.codes_bytes && w.scales.rank() == 1 &&
-           w.scales.nbytes() == d.scales_bytes;
+    std::lock_guard<std::mutex> lock(packed_mu);
+    auto it = packed_set().find(w.codes.data);
+    return it != packed_set().end() && it->second == std::make_pair(w.n_out, w.n_in);
 }
 
 std::string accepts_w4a16_sm80(const matmul_args& a) {

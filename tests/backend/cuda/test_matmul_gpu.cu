@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/ops.h"
+#include "backend/registry.h"
 #include "backend/cuda/matmul_launch.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -290,8 +292,8 @@ TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
 }
 
 #ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build has no backend library
-// Through the backend: the prepare step re-lays the weight, backend::matmul validates and the
-// registry picks the CUDA kernels (the only eligible ones for cuda tensors); W4A16 and dense.
+// Through the backend: the prepare step re-lays the weight, backend::matmul validates it (the
+// re-laid tensors keep the canonical shapes) and the registry picks the sm80 kernel; dense too.
 TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
     ASSERT_GT(cuda_device_count(), 0);
     std::unique_ptr<backend> be = make_cuda_backend(0);
@@ -309,12 +311,21 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
     dense.kind = linear_kind::DENSE, dense.n_out = hw.n, dense.n_in = hw.k;
     dense.dense = tensor::view(dtype::BF16, {hw.n, hw.k}, wd.data());
     linear_weight ddw = be->prepare_linear(dense);
+    auto args_for = [&](const tensor& x, const tensor& out, const linear_weight& w, int64_t m) {
+        matmul_args a;
+        a.act = dtype::BF16, a.align = 256;  // cudaMalloc'd buffers
+        a.x = x, a.out = out, a.w = &w, a.m = m, a.n = hw.n, a.k = hw.k;
+        return a;
+    };
     for (int64_t m : {1, 16, 100}) {
         std::vector<uint16_t> x = random_bf16(m * hw.k, 22 + uint32_t(m));
         tensor xd = be->upload(tensor::view(dtype::BF16, {m, hw.k}, x.data()));
         tensor out = be->alloc(dtype::BF16, {m, hw.n});
         std::vector<uint16_t> got(size_t(m * hw.n));
         std::vector<double> ref, mag;
+        matmul_args a = args_for(xd, out, dw, m);
+        EXPECT_EQ(kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name,
+                  "matmul_nvfp4_w4a16_sm80");
         be->matmul(xd, dw, out, matmul_mode::W4A16);
         be->download(out, got.data());
         oracle(x, m, wf, hw.n, hw.k, ref, mag);
