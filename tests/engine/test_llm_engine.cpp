@@ -5,8 +5,10 @@
 // preempts, caches or forks. Every test also checks that no KV block leaks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
+#include <thread>
 
 #include "backend/backend.h"
 #include "engine/generator.h"
@@ -454,6 +456,58 @@ TEST(llm_engine, stop_strings_logprobs_and_streamed_text_match_the_generator) {
     }
     EXPECT_EQ(n_lp, ref.tokens.size());
     eng.shutdown(true);
+    expect_no_leak(eng);
+}
+
+TEST(llm_engine, concurrent_clients_with_aborts) {
+    // 4 client threads x 4 requests while the engine runs; every third request is aborted by its
+    // client after its first output. The rest must equal the generator; nothing may leak.
+    constexpr int n_threads = 4, per_thread = 4;
+    auto prompt_of = [](int k) { return random_prompt(3 + 11 * (k % 7), 500 + uint32_t(k)); };
+    auto max_of = [](int k) { return 4 + k % 9; };
+    std::vector<generation_result> refs;
+    for (int k = 0; k < n_threads * per_thread; ++k) refs.push_back(reference(prompt_of(k), greedy(max_of(k))));
+    engine_config cfg;
+    cfg.max_num_batched_tokens = 32;
+    llm_engine eng(tiny(), cfg);
+    eng.start();
+    std::vector<result> got(size_t(n_threads * per_thread));
+    std::vector<std::thread> clients;
+    for (int t = 0; t < n_threads; ++t)
+        clients.emplace_back([&, t] {
+            std::vector<std::shared_ptr<request_stream>> st;
+            for (int j = 0; j < per_thread; ++j) {
+                int k = t * per_thread + j;
+                st.push_back(eng.add_request(make_req("c" + std::to_string(k), prompt_of(k), greedy(max_of(k)))));
+            }
+            for (int j = 0; j < per_thread; ++j) {
+                int k = t * per_thread + j;
+                request_output first;
+                bool has_first = k % 3 == 0 && st[size_t(j)]->next(first, 60.0);
+                if (has_first) eng.abort("c" + std::to_string(k));
+                got[size_t(k)] = collect(*st[size_t(j)]);
+                if (has_first) {
+                    auto& t = got[size_t(k)].tokens[0];
+                    t.insert(t.begin(), first.new_token_ids.begin(), first.new_token_ids.end());
+                }
+            }
+        });
+    for (auto& c : clients) c.join();
+    eng.shutdown(true);
+    for (int k = 0; k < n_threads * per_thread; ++k) {
+        const result& r = got[size_t(k)];
+        if (k % 3 == 0) {  // aborted, unless it had already finished; its tokens are a prefix
+            const char* why = r.last[0].finish_reason();
+            ASSERT_NE(why, nullptr);
+            EXPECT_TRUE(std::string(why) == "abort" || std::string(why) == "length") << why;
+            const auto& ref = refs[size_t(k)].tokens;
+            ASSERT_LE(r.tokens[0].size(), ref.size());
+            EXPECT_TRUE(std::equal(r.tokens[0].begin(), r.tokens[0].end(), ref.begin())) << "request " << k;
+            continue;
+        }
+        EXPECT_EQ(r.tokens[0], refs[size_t(k)].tokens) << "request " << k;
+        EXPECT_EQ(r.text[0], refs[size_t(k)].text) << "request " << k;
+    }
     expect_no_leak(eng);
 }
 
