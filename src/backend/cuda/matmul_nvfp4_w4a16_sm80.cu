@@ -1,10 +1,11 @@
 // matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on mma.sync m16n8k16 bf16 (sm_80+), swap-AB: 16 weight
 // rows are the A operand, up to 64 activation rows the B operand (n8 tiles). Weights stream once
-// with 16-B ld.global.nc.L1::no_allocate loads from an offline re-layout (w4a16_sm80_pack) in which
-// each lane's 16 B are exactly its A registers for 4 MMAs; e2m1 → bf16 by bit placement
+// (16-B cp.async into a per-warp shared-memory ring) from an offline re-layout (w4a16_sm80_pack) in
+// which each lane's 16 B are exactly its A registers for 4 MMAs; e2m1 → bf16 by bit placement
 // (v·2^-126), × bf16(e4m3 · 2^118) — exact (kernels.md §3.3) — and scale_global · 2^8 in the f32
 // epilogue. Split-K over 512-k groups, reduced in a fixed order by the last CTA of each row block
-// (integer counter; no float atomics). M > 64: weight dequantized to bf16 tiles + cuBLASLt.
+// (integer counter; no float atomics). M > 64: weight dequantized to bf16 row blocks (side stream,
+// ping-pong buffers) + cuBLASLt. Measurements and what limits it: docs/perf.md.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
