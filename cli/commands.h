@@ -19,5 +19,6 @@ void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_quantize(CLI::App&);
 void register_inspect(CLI::App&);
+void register_doctor(CLI::App&);
 
 }  // namespace tetra

@@ -16,6 +16,7 @@ void model_flags::add(CLI::App* cmd) {
     cmd->add_option("--max-num-batched-tokens", max_tokens_per_step, "tokens per forward step (prefill chunk)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--threads", threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--skip-selftest", skip_selftest, "do not check the kernels against the CPU oracle at load (warns)");
 }
 
 std::unique_ptr<loaded_model> model_flags::load() const {
@@ -32,6 +33,7 @@ std::unique_ptr<loaded_model> model_flags::load() const {
     opt.max_model_len = max_model_len;
     opt.max_tokens = max_tokens_per_step;
     opt.chat_template_file = chat_template;
+    opt.skip_selftest = skip_selftest;
     return load_model(dir, opt);
 }
 

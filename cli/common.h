@@ -19,6 +19,7 @@ struct model_flags {
     int64_t max_model_len = 0;
     int64_t max_tokens_per_step = 256;
     int threads = 0;
+    bool skip_selftest = false;
     void add(CLI::App* cmd);
     std::unique_ptr<loaded_model> load() const;  // errors carry a hint
 };

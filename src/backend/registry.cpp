@@ -3,6 +3,7 @@
 #include "backend/registry.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -13,6 +14,9 @@ kernel_registry& kernel_registry::instance() {
     static kernel_registry* r = [] {
         auto* reg = new kernel_registry();  // never destroyed: kernels may run during exit
         cpu::register_kernels(*reg);
+#ifdef TETRA_FAULT_INJECTION
+        cpu::register_faulty_kernels(*reg);
+#endif
 #ifdef TETRA_HAVE_CUDA
         cuda::register_kernels(*reg);
 #endif
@@ -137,6 +141,10 @@ std::vector<kernel_candidate> kernel_registry::candidates(const std::string& op,
         kernel_candidate c;
         c.kernel = k;
         c.why_not = kernel_rejection(*k, dev, args);
+        if (c.why_not.empty()) {
+            std::string ex = exclusion(k->name);
+            if (!ex.empty()) c.why_not = "excluded: " + ex;
+        }
         c.eligible = c.why_not.empty();
         auto it = forced.find(op);
         c.forced = it != forced.end() && std::count(it->second.begin(), it->second.end(), k->name);
@@ -160,6 +168,27 @@ const kernel_entry& kernel_registry::select(const std::string& op, const device_
     std::string why;
     for (const auto& c : cands) why += strfmt("\n  %s: %s", c.kernel->name.c_str(), c.why_not.c_str());
     TETRA_FAIL("no eligible kernel for op '%s' on %s:%s", op.c_str(), dev.name.c_str(), why.c_str());
+}
+
+// Exclusions are added at load while other threads may be selecting (a server loading a model).
+static std::mutex g_excluded_mu;
+
+void kernel_registry::exclude(const std::string& op, const std::string& name, const std::string& reason) {
+    const kernel_entry* k = find(name);
+    TETRA_CHECK(k && k->op == op, "kernel_registry::exclude: '%s' is not a kernel of op '%s'", name.c_str(), op.c_str());
+    std::lock_guard<std::mutex> lock(g_excluded_mu);
+    excluded_[name] = reason.empty() ? "excluded" : reason;
+}
+
+std::string kernel_registry::exclusion(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(g_excluded_mu);
+    auto it = excluded_.find(name);
+    return it == excluded_.end() ? "" : it->second;
+}
+
+void kernel_registry::clear_exclusions() {
+    std::lock_guard<std::mutex> lock(g_excluded_mu);
+    excluded_.clear();
 }
 
 }  // namespace tetra

@@ -91,15 +91,29 @@ class kernel_registry {
     // forced kernel names by op. Errors name the bad item and list the valid names.
     std::map<std::string, std::vector<std::string>> forced_kernels() const;
 
+    // Exclusion list (filled by the start-up self-test, engine/selftest.h): an excluded kernel is
+    // never selected; candidates() reports it ineligible with "excluded: <reason>", so forcing it
+    // is an error naming the reason. A name that is not a kernel of `op` is an error.
+    void exclude(const std::string& op, const std::string& name, const std::string& reason);
+    std::string exclusion(const std::string& name) const;  // the reason, "" if not excluded
+    void clear_exclusions();
+
   private:
     std::map<std::string, std::vector<kernel_entry>> ops_;
     std::vector<std::string> op_order_;
+    std::map<std::string, std::string> excluded_;  // kernel name → reason (guarded by a mutex in registry.cpp)
 };
 
 namespace cpu {
 // Registers every CPU op table (one line per op file, defined in cpu/cpu_backend.cpp). A static
 // library drops object files nothing references, so self-registering constructors would vanish.
 void register_kernels(kernel_registry& r);
+#ifdef TETRA_FAULT_INJECTION
+// Test-only kernels that are wrong on purpose (cpu/faulty_*.cpp, compiled only with the CMake option
+// TETRA_FAULT_INJECTION): priority -100 in the process registry, so they run only when forced;
+// tests may register them higher in a registry of their own.
+void register_faulty_kernels(kernel_registry& r, int priority = -100);
+#endif
 }  // namespace cpu
 
 namespace cuda {

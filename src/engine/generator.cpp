@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/output_guard.h"
 
 namespace tetra {
 
@@ -63,11 +64,15 @@ generation_result generator::generate(const std::vector<int32_t>& prompt, const 
     };
     double t0 = now_s();
     std::vector<float> logits = prefill(prompt, false);
+    output_guard guard;  // fails the request on NaN/Inf or degenerate logits (docs/no-silent-garbage.md)
+    guard.check_step(logits.data(), n_vocab, 1, "prefill",
+                     [&] { return first_bad_tap(model_, be_, [&] { prefill(prompt, false); }); });
     res.prefill_s = now_s() - t0;
     t0 = now_s();
     int64_t n_total = res.n_prompt;
     for (int32_t step = 0;; ++step) {
         sample_result s = sampler_.sample(logits.data(), n_vocab, p, hist, seed, step);
+        guard.check_token(s.token);
         res.tokens.push_back(s.token);
         hist.add_output(s.token);
         ++n_total;
@@ -92,6 +97,8 @@ generation_result generator::generate(const std::vector<int32_t>& prompt, const 
         c.tokens = &res.tokens.back();
         c.n = 1;
         const std::vector<float>& l = runner_.run({c});
+        guard.check_step(l.data(), n_vocab, 1, strfmt("decode step %d", step + 1),
+                         [&] { return first_bad_tap(model_, be_, [&] { runner_.run({c}); }); });
         logits.assign(l.begin(), l.end());
     }
     if (!stops.stopped()) emit(stops.feed(detok.finish(), true).text + stops.flush());

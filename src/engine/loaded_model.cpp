@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/selftest.h"
 
 namespace tetra {
 
@@ -69,6 +70,7 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
         };
     }
     m->model = create_model(m->config, m->weights, *m->be, mo);
+    run_selftest(m->config, m->weights, *m->be, {opt.skip_selftest, opt.max_tokens, opt.mode});
     progress_line(opt.progress, "model prepared", t0);
     m->tok = tokenizer::load_dir(dir);
     read_tokenizer_config(*m);

@@ -20,6 +20,7 @@ struct load_options {
     std::string chat_template_file;  // --chat-template
     matmul_mode mode = matmul_mode::AUTO;
     bool progress = true;
+    bool skip_selftest = false;      // --skip-selftest: kernels are not checked at load (warns)
 };
 
 struct loaded_model {

@@ -1,0 +1,741 @@
+// Start-up self-test (selftest.h). Each op case rebuilds its inputs from a fixed seed on every run
+// (several ops write in place), so the device kernel and the CPU oracle see identical bytes; the
+// oracle is the plain <op>_cpu kernel of the process registry, launched directly (exclusions do
+// not apply to it). Matmul kernels are selected at the model's real shapes for M in {1, 2, 3, 4, 8,
+// 16, 64, max_tokens}; the test then runs each selected kernel on a few real weight rows.
+#include "engine/selftest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <set>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tetra {
+
+namespace {
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- inputs ---------------------------------------------------------------------------------------
+
+// Deterministic uniform values in [-1, 1) (xorshift64*).
+struct rng {
+    uint64_t s;
+    explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    float uniform() {
+        s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+        return float(int64_t((s * 0x2545F4914F6CDD1Dull) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+    }
+};
+
+// A host tensor of dtype t (f32|bf16|f16) with scale·uniform values (rounded to t).
+tensor host_random(dtype t, std::vector<int64_t> shape, uint64_t seed, float scale = 1.0f) {
+    tensor h = tensor::alloc(t, std::move(shape));
+    rng r(seed);
+    for (int64_t i = 0; i < h.numel(); ++i) {
+        float v = scale * r.uniform();
+        if (t == dtype::F32) h.ptr<float>()[i] = v;
+        else if (t == dtype::BF16) h.ptr<uint16_t>()[i] = f32_to_bf16(v);
+        else h.ptr<uint16_t>()[i] = f32_to_f16(v);
+    }
+    return h;
+}
+
+tensor host_i32(std::vector<int32_t> v, std::vector<int64_t> shape) {
+    tensor h = tensor::alloc(dtype::I32, std::move(shape));
+    TETRA_ASSERT(size_t(h.numel()) == v.size());
+    std::copy(v.begin(), v.end(), h.ptr<int32_t>());
+    return h;
+}
+
+// Every element of a tensor on `be` as f32 (bytes of u8/e4m3 tensors as their integer values: those
+// outputs are compared bit-exactly).
+void append_f32(backend& be, const tensor& t, std::vector<float>& out) {
+    std::vector<uint8_t> raw(t.nbytes());
+    be.download(t, raw.data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        switch (t.type) {
+            case dtype::F32: case dtype::BF16: case dtype::F16: out.push_back(load_f32(raw.data(), t.type, i)); break;
+            case dtype::I32: out.push_back(float(reinterpret_cast<const int32_t*>(raw.data())[i])); break;
+            default: TETRA_ASSERT(dtype_size(t.type) == 1); out.push_back(float(raw[size_t(i)])); break;
+        }
+    }
+}
+
+int64_t ptr_align(std::initializer_list<const tensor*> ts) {
+    uintptr_t bits = 256;
+    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
+    return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256 (as backend.cpp)
+}
+
+// ---- cases ----------------------------------------------------------------------------------------
+
+using launch_fn = std::function<void(op_args&)>;
+
+// NMSE tolerances (Σ(out − ref)² / Σ ref²), per op and activation dtype. f32: kernels differ from the
+// oracle only in summation order and libm ulps (relative ≲ 1e-6 over K ≤ 64k terms, NMSE ≲ 1e-11),
+// so 1e-8 leaves a wide margin. bf16: every stored result rounds to 8 mantissa bits (relative ≤ 2^-9,
+// NMSE ≤ 2^-18 ≈ 3.8e-6 per rounding); 1e-4 allows a few chained roundings (×25). Every modelled
+// fault is far above either: a broadcast row or a NaN ≈ 1..inf, one dropped scale block out of K/16
+// ≈ 16/K ≥ 1.1e-3 at K = 14336. Copies and codecs (get_rows, kv_store, cast, quantize) are bit-exact.
+double tolerance(const std::string& op, dtype act) {
+    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act") return 0.0;
+    return act == dtype::F32 ? 1e-8 : 1e-4;
+}
+
+struct op_case {
+    std::string op;
+    std::string what;      // printable vars
+    std::string label;     // the load-log subject: "linear nvfp4 576x1536", "rms_norm n=576"
+    std::string classes;   // linears: the module classes sharing this case
+    double tol = 0;
+    int n_sizes = 1;       // matmul: test sizes, smallest first (a kernel may reject small tiles)
+    // Builds fresh inputs on `be` for test size `size`, fills the args, calls launch(args) and
+    // returns every output as f32 (host), concatenated.
+    std::function<std::vector<float>(backend& be, int size, const launch_fn& launch)> run;
+    // Matmul: selection probes at real shapes (M → args); empty for the other ops (the run's args,
+    // with the model's real feature sizes, select the same kernel the forward will).
+    std::function<void(int64_t m, const launch_fn& select)> probe;
+    std::vector<int64_t> probe_m;
+    std::string size_str(int size) const { return size_strs.empty() ? what : size_strs[size_t(size)]; }
+    std::vector<std::string> size_strs;
+};
+
+struct case_builder {
+    const model_config& c;
+    model_weights& w;
+    dtype act;
+    int64_t max_tokens;
+    matmul_mode mode;
+    std::vector<op_case> cases;
+
+    void norm_case(const std::string& op, const std::string& weight, int64_t n, uint64_t seed) {
+        op_case k;
+        k.op = op;
+        k.label = op + " n=" + std::to_string(n);
+        k.what = strfmt("%s x[3, %lld] %s, w = %s", op.c_str(), (long long)n, dtype_name(act), weight.c_str());
+        k.tol = tolerance(op, act);
+        tensor wt = w.get(weight);
+        float eps = c.rms_norm_eps;
+        dtype a = act;
+        bool add = op == "add_rms_norm";
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            tensor x = be.upload(host_random(a, {3, n}, seed)), wd = be.upload(wt), out = be.alloc(a, {3, n});
+            std::vector<float> r;
+            if (add) {
+                tensor res = be.upload(host_random(a, {3, n}, seed + 1, 4.0f));
+                add_rms_norm_args g;
+                g.act = a, g.residual = res, g.x = x, g.w = wd, g.out = out, g.eps = eps;
+                g.align = ptr_align({&res, &x, &wd, &out});
+                launch(g);
+                append_f32(be, out, r), append_f32(be, res, r);
+            } else {
+                rms_norm_args g;
+                g.act = a, g.x = x, g.w = wd, g.out = out, g.eps = eps, g.align = ptr_align({&x, &wd, &out});
+                launch(g);
+                append_f32(be, out, r);
+            }
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    void get_rows_cases() {
+        const tensor& embed = w.get("model.embed_tokens.weight");
+        int64_t n_rows = std::min<int64_t>(c.n_vocab, 64), row0 = c.n_vocab - n_rows, n = c.n_embd;
+        tensor table = tensor_rows(embed, row0, n_rows);  // the real last rows of the embedding
+        dtype a = act;
+        op_case k;
+        k.op = "get_rows";
+        k.label = "embedding n=" + std::to_string(n);
+        k.what = strfmt("embedding rows [%lld, %lld) %s → %s, ids {%lld, 0, 5}", (long long)row0,
+                        (long long)c.n_vocab, dtype_name(embed.type), dtype_name(a), (long long)(n_rows - 1));
+        k.tol = 0;
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            get_rows_args g;
+            g.act = a, g.src = be.upload(table);
+            g.ids = be.upload(host_i32({int32_t(n_rows - 1), 0, int32_t(std::min<int64_t>(5, n_rows - 1))}, {3}));
+            g.out = be.alloc(a, {3, n});
+            g.align = ptr_align({&g.src, &g.ids, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        op_case s = k;  // the same op on activations: picking the last token row of each sequence
+        s.label = "get_rows n=" + std::to_string(n);
+        s.what = strfmt("get_rows src[5, %lld] %s, ids {4, 1}", (long long)n, dtype_name(a));
+        s.run = [=](backend& be, int, const launch_fn& launch) {
+            get_rows_args g;
+            g.act = a, g.src = be.upload(host_random(a, {5, n}, 11));
+            g.ids = be.upload(host_i32({4, 1}, {2}));
+            g.out = be.alloc(a, {2, n});
+            g.align = ptr_align({&g.src, &g.ids, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(s);
+    }
+
+    rope_params rope() const {
+        rope_params rp;
+        rp.theta = c.rope.theta;
+        if (c.rope.type == "llama3") {
+            rp.scaling = rope_scaling_type::LLAMA3;
+            rp.factor = c.rope.factor;
+            rp.low_freq_factor = c.rope.low_freq_factor;
+            rp.high_freq_factor = c.rope.high_freq_factor;
+            rp.original_max_position_embeddings = c.rope.original_max_position;
+        }
+        return rp;
+    }
+
+    void rope_case() {
+        int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
+        int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
+        tensor inv = rope_inv_freq(rope(), hd);
+        dtype a = act;
+        op_case k;
+        k.op = "rope";
+        k.label = strfmt("rope %lldx%lld", (long long)nh, (long long)hd);
+        k.what = strfmt("rope q[3, %lld, %lld] k[3, %lld, %lld] %s, positions {0, 7, %d}", (long long)nh, (long long)hd,
+                        (long long)nkv, (long long)hd, dtype_name(a), last);
+        k.tol = tolerance("rope", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            rope_args g;
+            g.act = a, g.q = be.upload(host_random(a, {3, nh, hd}, 21)), g.k = be.upload(host_random(a, {3, nkv, hd}, 22));
+            g.positions = be.upload(host_i32({0, 7, last}, {3}));
+            g.inv_freq = be.upload(inv);
+            g.align = ptr_align({&g.q, &g.k, &g.positions, &g.inv_freq});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.q, r), append_f32(be, g.k, r);
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    // kv caches: [4 blocks, 16, n_head_kv, head_dim], random (the attention reads them).
+    void kv_cases() {
+        int64_t nkv = c.n_head_kv, hd = c.head_dim, nh = c.n_head;
+        dtype a = act;
+        op_case s;
+        s.op = "kv_store";
+        s.label = strfmt("kv_store %lldx%lld", (long long)nkv, (long long)hd);
+        s.what = strfmt("kv_store k,v[3, %lld, %lld] %s into [4, 16, %lld, %lld], slots {17, 3, -1}", (long long)nkv,
+                        (long long)hd, dtype_name(a), (long long)nkv, (long long)hd);
+        s.tol = 0;
+        s.run = [=](backend& be, int, const launch_fn& launch) {
+            kv_store_args g;
+            g.act = a, g.k = be.upload(host_random(a, {3, nkv, hd}, 31)), g.v = be.upload(host_random(a, {3, nkv, hd}, 32));
+            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 33)), g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 34));
+            g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
+            g.align = ptr_align({&g.k, &g.v, &g.k_cache, &g.v_cache, &g.slot_mapping});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
+            return r;
+        };
+        cases.push_back(s);
+        // Decode: two sequences, one query token each (kv lengths 37 and 5); prefill: one chunk of
+        // 7 query tokens at positions 10..16 over a cached prefix (kv length 17).
+        for (int prefill = 0; prefill < 2; ++prefill) {
+            op_case k;
+            k.op = "attention";
+            k.label = strfmt("attention %s %lld/%lldx%lld", prefill ? "prefill" : "decode", (long long)nh,
+                             (long long)nkv, (long long)hd);
+            k.what = prefill ? strfmt("attention prefill q[7, %lld, %lld] %s, kv 17 over blocks {3, 1}", (long long)nh,
+                                      (long long)hd, dtype_name(a))
+                             : strfmt("attention decode q[2, %lld, %lld] %s, kv lengths {37, 5}", (long long)nh,
+                                      (long long)hd, dtype_name(a));
+            k.tol = tolerance("attention", a);
+            k.run = [=](backend& be, int, const launch_fn& launch) {
+                int64_t n_tok = prefill ? 7 : 2;
+                attention_args g;
+                g.act = a, g.q = be.upload(host_random(a, {n_tok, nh, hd}, 41 + prefill));
+                g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43)), g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
+                g.out = be.alloc(a, {n_tok, nh * hd});
+                g.scale = 1.0f / std::sqrt(float(hd));
+                attn_metadata& m = g.meta;
+                m.block_size = 16;
+                if (prefill) {
+                    m.n_seqs = 1, m.max_seqlen_q = 7, m.max_seqlen_kv = 17;
+                    m.cu_seqlens_q = be.upload(host_i32({0, 7}, {2}));
+                    m.seq_lens_kv = be.upload(host_i32({17}, {1}));
+                    m.positions = be.upload(host_i32({10, 11, 12, 13, 14, 15, 16}, {7}));
+                    m.block_tables = be.upload(host_i32({3, 1}, {1, 2}));
+                    m.slot_mapping = be.upload(host_i32({-1, -1, -1, -1, -1, -1, -1}, {7}));
+                } else {
+                    m.n_seqs = 2, m.max_seqlen_q = 1, m.max_seqlen_kv = 37;
+                    m.cu_seqlens_q = be.upload(host_i32({0, 1, 2}, {3}));
+                    m.seq_lens_kv = be.upload(host_i32({37, 5}, {2}));
+                    m.positions = be.upload(host_i32({36, 4}, {2}));
+                    m.block_tables = be.upload(host_i32({2, 0, 3, 1, 0, 0}, {2, 3}));
+                    m.slot_mapping = be.upload(host_i32({-1, -1}, {2}));
+                }
+                g.align = ptr_align({&g.q, &g.k_cache, &g.v_cache, &g.out});
+                launch(g);
+                std::vector<float> r;
+                append_f32(be, g.out, r);
+                return r;
+            };
+            cases.push_back(k);
+        }
+    }
+
+    void elementwise_cases() {
+        int64_t nf = c.n_ff;
+        dtype a = act;
+        op_case k;
+        k.op = "silu_mul";
+        k.label = "silu_mul n=" + std::to_string(nf);
+        k.what = strfmt("silu_mul gate,up[3, %lld] %s (|x| ≤ 8)", (long long)nf, dtype_name(a));
+        k.tol = tolerance("silu_mul", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            silu_mul_args g;
+            g.act = a, g.gate = be.upload(host_random(a, {3, nf}, 51, 8.0f)), g.up = be.upload(host_random(a, {3, nf}, 52));
+            g.out = be.alloc(a, {3, nf});
+            g.align = ptr_align({&g.gate, &g.up, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        if (a == dtype::F32) return;  // the runner casts logits to f32 only when the activations are not f32
+        int64_t nv = c.n_vocab;
+        op_case t;
+        t.op = "cast";
+        t.label = "cast logits n=" + std::to_string(nv);
+        t.what = strfmt("cast [3, %lld] %s → f32 (|x| ≤ 40)", (long long)nv, dtype_name(a));
+        t.tol = 0;
+        t.run = [=](backend& be, int, const launch_fn& launch) {
+            cast_args g;
+            g.act = a, g.src = be.upload(host_random(a, {3, nv}, 61, 40.0f)), g.out = be.alloc(dtype::F32, {3, nv});
+            g.align = ptr_align({&g.src, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(t);
+    }
+
+    void matmul_cases();
+    void quantize_case(const linear_weight& lw, const std::string& module);
+};
+
+const char* matmul_op(const linear_weight& lw, matmul_mode mode) {
+    if (lw.kind == linear_kind::DENSE) return "matmul_dense";
+    if (mode == matmul_mode::AUTO) mode = lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
+    return mode == matmul_mode::W4A4 ? "matmul_nvfp4_w4a4" : "matmul_nvfp4_w4a16";
+}
+
+// Rows [0, n) of a host canonical linear weight (views).
+linear_weight linear_rows(const linear_weight& lw, int64_t n) {
+    linear_weight s = lw;
+    s.n_out = n;
+    if (lw.kind == linear_kind::DENSE) {
+        s.dense = tensor_rows(lw.dense, 0, n);
+    } else {
+        s.codes = tensor_rows(lw.codes, 0, n);
+        s.scales = tensor_rows(lw.scales, 0, n);
+    }
+    return s;
+}
+
+void case_builder::matmul_cases() {
+    struct cls { std::string module, name; bool dense_ok; };
+    std::vector<cls> classes = {{"model.layers.0.self_attn.q_proj", "self_attn.q_proj", false},
+                                {"model.layers.0.self_attn.k_proj", "self_attn.k_proj", false},
+                                {"model.layers.0.self_attn.v_proj", "self_attn.v_proj", false},
+                                {"model.layers.0.self_attn.o_proj", "self_attn.o_proj", false},
+                                {"model.layers.0.mlp.gate_proj", "mlp.gate_proj", false},
+                                {"model.layers.0.mlp.up_proj", "mlp.up_proj", false},
+                                {"model.layers.0.mlp.down_proj", "mlp.down_proj", false},
+                                {c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", "lm_head", true}};
+    std::map<std::string, size_t> by_key;  // (op, shape) → case index: classes of one shape share a case
+    bool quantize_added = false;
+    for (const cls& cl : classes) {
+        const linear_weight& lw = w.linear(cl.module, cl.dense_ok);
+        std::string op = matmul_op(lw, mode);
+        std::string kind = lw.kind == linear_kind::DENSE ? std::string("dense ") + dtype_name(lw.dense.type) : "nvfp4";
+        std::string key = strfmt("linear %s %lldx%lld", kind.c_str(), (long long)lw.n_out, (long long)lw.n_in);
+        auto it = by_key.find(op + key);
+        if (it != by_key.end()) {
+            cases[it->second].classes += ", " + cl.name;
+            continue;
+        }
+        if (op == "matmul_nvfp4_w4a4" && !quantize_added) quantize_case(lw, cl.module), quantize_added = true;
+        by_key[op + key] = cases.size();
+        op_case k;
+        k.op = op;
+        k.label = key;
+        k.classes = cl.name;
+        k.tol = tolerance(op, act);
+        // Test sizes: (M, N) from small to the real shape; a kernel is tested at the first it accepts.
+        int64_t n_small = std::min<int64_t>(lw.n_out, 64), m_small = std::min<int64_t>(3, max_tokens);
+        std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, lw.n_out}};
+        for (int64_t m : {int64_t(16), int64_t(64), max_tokens})
+            if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
+        k.n_sizes = int(sizes.size());
+        for (auto& s : sizes)
+            k.size_strs.push_back(strfmt("%s (%s layer 0 rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(),
+                                         cl.name.c_str(), (long long)s.second, (long long)s.first, (long long)s.second,
+                                         (long long)lw.n_in, dtype_name(act)));
+        k.what = k.size_strs[0];
+        // W4A4: activations sized so the block scales G·amax/6 land mid-range in e4m3 (≈ 64).
+        float xs = lw.has_input_scale && lw.input_global_quant > 0 ? 384.0f / lw.input_global_quant : 1.0f;
+        dtype a = act;
+        linear_weight host = lw;
+        k.run = [=](backend& be, int size, const launch_fn& launch) {
+            int64_t m = sizes[size_t(size)].first, n = sizes[size_t(size)].second;
+            linear_weight pw = be.prepare_linear(linear_rows(host, n));
+            matmul_args g;
+            g.act = a, g.x = be.upload(host_random(a, {m, host.n_in}, 71, xs)), g.out = be.alloc(a, {m, n});
+            g.w = &pw, g.m = m, g.n = n, g.k = host.n_in;
+            const tensor& wt = pw.kind == linear_kind::DENSE ? pw.dense : pw.codes;
+            g.align = ptr_align({&g.x, &g.out, &wt});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        // Selection at the real shape [M, n_in] x [n_out, n_in] (shape-only args: kernels' accepts()
+        // read shapes and dtypes, never data).
+        k.probe = [=](int64_t m, const launch_fn& select) {
+            matmul_args g;
+            g.act = a, g.x.type = a, g.x.shape = {m, host.n_in}, g.out.type = a, g.out.shape = {m, host.n_out};
+            g.w = &host, g.m = m, g.n = host.n_out, g.k = host.n_in, g.align = 256;
+            select(g);
+        };
+        for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
+            if (m <= max_tokens) k.probe_m.push_back(m);
+        if (max_tokens > 64) k.probe_m.push_back(max_tokens);
+        cases.push_back(k);
+    }
+}
+
+void case_builder::quantize_case(const linear_weight& lw, const std::string& module) {
+    int64_t n = lw.n_in;
+    float g_x = lw.input_global_quant, xs = 384.0f / g_x;
+    dtype a = act;
+    op_case k;
+    k.op = "quantize_nvfp4_act";
+    k.label = "quantize_nvfp4_act n=" + std::to_string(n);
+    k.what = strfmt("quantize_nvfp4_act x[3, %lld] %s, G = %g (%s)", (long long)n, dtype_name(a), double(g_x),
+                    module.c_str());
+    k.tol = 0;
+    k.run = [=](backend& be, int, const launch_fn& launch) {
+        quantize_nvfp4_act_args g;
+        g.act = a, g.x = be.upload(host_random(a, {3, n}, 81, xs)), g.global_quant = g_x;
+        g.codes = be.alloc(dtype::U8, {3, n / 2}), g.scales = be.alloc(dtype::E4M3, {3, n / 16});
+        g.align = ptr_align({&g.x, &g.codes, &g.scales});
+        launch(g);
+        std::vector<float> r;
+        append_f32(be, g.codes, r), append_f32(be, g.scales, r);
+        return r;
+    };
+    cases.push_back(k);
+}
+
+std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype act, const selftest_options& o) {
+    case_builder b{c, w, act, std::max<int64_t>(1, o.max_tokens), o.mode, {}};
+    b.get_rows_cases();
+    b.norm_case("rms_norm", "model.layers.0.input_layernorm.weight", c.n_embd, 1);
+    if (c.qk_norm) b.norm_case("rms_norm", "model.layers.0.self_attn.q_norm.weight", c.head_dim, 2);
+    b.norm_case("add_rms_norm", "model.layers.0.post_attention_layernorm.weight", c.n_embd, 3);
+    b.matmul_cases();
+    b.rope_case();
+    b.kv_cases();
+    b.elementwise_cases();
+    return std::move(b.cases);
+}
+
+}  // namespace
+
+std::string selftest_device_str(const device_info& d) {
+    if (d.kind == device_kind::CPU)
+        return strfmt("cpu%s (CPU features %s; compute capability n/a, compiled targets n/a)",
+                      d.name == "cpu" ? "" : (" '" + d.name + "'").c_str(), arch_features_str(d.features).c_str());
+    return strfmt("%s (compute capability sm_%d, compiled targets [%s], features %s)", d.name.c_str(), d.cc,
+                  compiled_targets_str(d.compiled).c_str(), arch_features_str(d.features).c_str());
+}
+
+std::string selftest_choice::line() const {
+    std::string why = classes.empty() ? reason : classes + "; " + reason;
+    return what + " → " + kernel + " (" + why + ")";
+}
+
+namespace {
+
+struct tester {
+    tester(backend& b, kernel_registry& r, selftest_report& rp, std::vector<op_case> cs)
+        : be(b), reg(r), rep(rp), cases(std::move(cs)) {}
+    backend& be;
+    kernel_registry& reg;
+    selftest_report& rep;
+    std::vector<op_case> cases;
+    std::unique_ptr<backend> cpu = make_cpu_backend();  // the oracle's backend
+    std::map<std::pair<size_t, std::string>, size_t> tested;  // (case, kernel) → index in rep.results
+    std::map<std::pair<size_t, int>, std::vector<float>> refs;  // (case, size) → oracle output
+
+    const std::vector<float>& ref(size_t ci, int size) {
+        auto key = std::make_pair(ci, size);
+        auto it = refs.find(key);
+        if (it != refs.end()) return it->second;
+        const op_case& k = cases[ci];
+        const kernel_entry* oracle = kernel_registry::instance().find(k.op + "_cpu");
+        TETRA_ASSERT(oracle != nullptr);
+        return refs[key] = k.run(*cpu, size, [&](op_args& a) { oracle->launch(*cpu, a); });
+    }
+
+    // The kernels the forward will launch for this case: (M range label, kernel), from the registry's
+    // own selection (forcing, priorities, exclusions). Throws what select() throws.
+    std::vector<std::pair<std::string, const kernel_entry*>> selected(const op_case& k) {
+        std::vector<std::pair<std::string, const kernel_entry*>> out;
+        const device_info& dev = be.device();
+        if (!k.probe) {
+            k.run(be, 0, [&](op_args& a) { out.push_back({"", &reg.select(k.op, dev, a)}); });
+            return out;
+        }
+        for (int64_t m : k.probe_m)
+            k.probe(m, [&](op_args& a) { out.push_back({"M " + std::to_string(m), &reg.select(k.op, dev, a)}); });
+        return out;
+    }
+
+    selftest_result test(size_t ci, const kernel_entry& e) {
+        const op_case& k = cases[ci];
+        selftest_result r;
+        r.op = k.op, r.kernel = e.name, r.tol = k.tol, r.what = k.what;
+        double t0 = now_s();
+        std::vector<float> out;
+        int size = -1;
+        try {
+            for (int s = 0; s < k.n_sizes && size < 0; ++s) {
+                std::vector<float> o2 = k.run(be, s, [&](op_args& a) {
+                    if (!kernel_rejection(e, be.device(), &a).empty()) return;
+                    e.launch(be, a);
+                    be.synchronize();
+                    size = s;
+                });
+                if (size >= 0) out = std::move(o2);
+            }
+        } catch (const std::exception& ex) {
+            r.error = std::string("launch failed: ") + ex.what();
+            r.nmse = INFINITY;
+        }
+        if (r.error.empty() && size < 0) r.error = "rejects every test size of this case", r.nmse = INFINITY;
+        if (r.error.empty()) {
+            r.what = k.size_str(size);
+            compare(out, ref(ci, size), r);
+        }
+        r.passed = r.error.empty();
+        r.ms = (now_s() - t0) * 1e3;
+        return r;
+    }
+
+    static void compare(const std::vector<float>& out, const std::vector<float>& ref, selftest_result& r) {
+        TETRA_ASSERT(out.size() == ref.size());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (!std::isfinite(out[i]) && std::isfinite(ref[i])) {
+                r.nmse = INFINITY;
+                r.error = strfmt("non-finite output (%s at element %zu of %zu)", std::isnan(out[i]) ? "NaN" : "Inf", i,
+                                 out.size());
+                return;
+            }
+            double d = double(out[i]) - double(ref[i]);
+            if (std::isfinite(ref[i])) num += d * d, den += double(ref[i]) * double(ref[i]);
+        }
+        r.nmse = den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+        if (r.tol == 0 && num != 0)
+            r.error = strfmt("not bit-exact (NMSE %.3g; this op must match the oracle exactly)", r.nmse);
+        else if (r.tol > 0 && !(r.nmse <= r.tol))
+            r.error = strfmt("NMSE %.3g > tolerance %.3g", r.nmse, r.tol);
+    }
+
+    // Tests kernel e on case ci unless done; on failure excludes it (loudly). Returns whether it passed.
+    bool check(size_t ci, const kernel_entry& e) {
+        auto key = std::make_pair(ci, e.name);
+        auto it = tested.find(key);
+        if (it != tested.end()) return rep.results[it->second].passed;
+        selftest_result r = test(ci, e);
+        tested[key] = rep.results.size();
+        rep.results.push_back(r);
+        if (r.passed) return true;
+        std::string msg = strfmt("self-test: kernel %s (op %s) is wrong on %s: %s on case %s; excluded, the next "
+                                 "eligible kernel is tried",
+                                 e.name.c_str(), e.op.c_str(), rep.device.c_str(), r.error.c_str(), r.what.c_str());
+        TETRA_LOG_ERROR("%s", msg.c_str());
+        rep.excluded.push_back(msg);
+        reg.exclude(e.op, e.name, strfmt("self-test on %s: %s on case %s", be.device().name.c_str(), r.error.c_str(),
+                                         r.what.c_str()));
+        return false;
+    }
+
+    [[noreturn]] void fail(const op_case& k, const std::string& why) {
+        std::string ex;
+        for (const std::string& m : rep.excluded) ex += "\n  " + m;
+        TETRA_FAIL("self-test: no working kernel for %s (op %s, case %s) on %s, so this model cannot run here: %s%s%s",
+                   k.label.c_str(), k.op.c_str(), k.what.c_str(), rep.device.c_str(), why.c_str(),
+                   ex.empty() ? "" : "\nexcluded by the self-test:", ex.c_str());
+    }
+
+    // Selects and tests until every case's selected kernels pass; returns whether anything was excluded.
+    bool settle(size_t ci) {
+        bool changed = false;
+        for (;;) {
+            std::vector<std::pair<std::string, const kernel_entry*>> sel;
+            try {
+                sel = selected(cases[ci]);
+            } catch (const error& e) {
+                fail(cases[ci], e.what());
+            }
+            bool ok = true;
+            for (auto& s : sel)
+                if (!check(ci, *s.second)) {
+                    ok = false;
+                    break;
+                }
+            if (ok) return changed;
+            changed = true;
+        }
+    }
+
+    // tetra doctor: every other eligible kernel of the case too (failures are excluded as well).
+    bool test_all(size_t ci) {
+        const op_case& k = cases[ci];
+        std::vector<const kernel_entry*> eligible;
+        k.run(be, 0, [&](op_args& a) {
+            for (const kernel_candidate& c : reg.candidates(k.op, be.device(), &a))
+                if (c.eligible) eligible.push_back(c.kernel);
+        });
+        bool excluded = false;
+        for (const kernel_entry* e : eligible) excluded |= !check(ci, *e);
+        return excluded;
+    }
+
+    selftest_choice choice(size_t ci) {
+        const op_case& k = cases[ci];
+        selftest_choice ch;
+        ch.what = k.label, ch.classes = k.classes, ch.op = k.op;
+        std::vector<std::pair<std::string, const kernel_entry*>> sel = selected(k);
+        std::vector<std::string> names;
+        for (size_t i = 0; i < sel.size();) {  // runs of the same kernel over the probed M values
+            size_t j = i;
+            while (j + 1 < sel.size() && sel[j + 1].second == sel[i].second) ++j;
+            std::string range = sel.size() == 1 || (i == 0 && j + 1 == sel.size())
+                                    ? ""
+                                    : " (" + sel[i].first + (j > i ? ".." + sel[j].first.substr(2) : "") + ")";
+            ch.kernel += (ch.kernel.empty() ? "" : ", ") + sel[i].second->name + range;
+            names.push_back(sel[i].second->name);
+            i = j + 1;
+        }
+        auto forced = reg.forced_kernels();
+        bool is_forced = forced.count(k.op) &&
+                         std::count(forced[k.op].begin(), forced[k.op].end(), names.front());
+        ch.reason = is_forced ? "forced by TETRA_KERNEL" : "highest-priority eligible";
+        for (const std::string& n : names) {
+            const selftest_result& r = rep.results[tested.at({ci, n})];
+            ch.reason += strfmt("; self-test NMSE %.2g <= %.2g", r.nmse, r.tol);
+        }
+        for (const kernel_entry* e : reg.kernels(k.op)) {
+            std::string ex = reg.exclusion(e->name);
+            if (!ex.empty()) ch.reason += "; " + e->name + " excluded";
+        }
+        return ch;
+    }
+};
+
+}  // namespace
+
+selftest_report run_selftest(const model_config& c, model_weights& w, backend& be, const selftest_options& o,
+                             kernel_registry& reg) {
+    selftest_report rep;
+    rep.device = selftest_device_str(be.device());
+    if (o.skip) {
+        rep.skipped = true;
+        TETRA_LOG_WARN("self-test skipped (--skip-selftest): kernels run unchecked on %s; a kernel that is wrong on "
+                       "this device would produce garbage (the output guard still checks the logits)",
+                       rep.device.c_str());
+        return rep;
+    }
+    double t0 = now_s();
+    dtype act = be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16;  // as model/layers.cpp
+    tester t(be, reg, rep, build_cases(c, w, act, o));
+    for (bool changed = true; changed;) {  // an exclusion in one case may change another's selection
+        changed = false;
+        for (size_t ci = 0; ci < t.cases.size(); ++ci) changed |= t.settle(ci);
+        if (o.all_kernels)
+            for (size_t ci = 0; ci < t.cases.size(); ++ci) changed |= t.test_all(ci);
+    }
+    for (size_t ci = 0; ci < t.cases.size(); ++ci) {
+        rep.chosen.push_back(t.choice(ci));
+        if (o.log) TETRA_LOG_INFO("%s", rep.chosen.back().line().c_str());
+    }
+    rep.seconds = now_s() - t0;
+    if (o.log)
+        TETRA_LOG_INFO("self-test: %zu kernel runs on %s in %.2f s, %zu excluded", rep.results.size(),
+                       rep.device.c_str(), rep.seconds, rep.excluded.size());
+    return rep;
+}
+
+void make_selftest_model(model_config& c, model_weights& w) {
+    if (c.n_embd <= 0) {
+        c = model_config();
+        c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_vocab = 1024;
+        c.max_position = 4096, c.rms_norm_eps = 1e-5f, c.rope.theta = 10000.0f;
+    }
+    c.path = "(synthetic self-test model)";
+    c.architecture = "LlamaForCausalLM", c.model_type = "llama", c.n_layer = 1;
+    w = model_weights();
+    w.dir = c.path, w.format = "synthetic", w.quant_algo = "W4A16_NVFP4", w.exclude = {"lm_head"};
+    auto nvfp4 = [&](const std::string& m, int64_t n_out, int64_t n_in, uint64_t seed) {
+        linear_weight lw;
+        lw.kind = linear_kind::NVFP4, lw.n_out = n_out, lw.n_in = n_in, lw.scale_global = 1.0f / 64;
+        lw.codes = tensor::alloc(dtype::U8, {n_out, n_in / 2});
+        lw.scales = tensor::alloc(dtype::E4M3, {n_out, n_in / 16});
+        rng r(seed);
+        for (int64_t i = 0; i < lw.codes.numel(); ++i) lw.codes.ptr<uint8_t>()[i] = uint8_t(r.uniform() * 128 + 128);
+        // e4m3 bytes 0x30..0x47: 0.5 .. 3.5, every block non-zero
+        for (int64_t i = 0; i < lw.scales.numel(); ++i)
+            lw.scales.ptr<uint8_t>()[i] = uint8_t(0x30 + int(r.uniform() * 11.5f + 11.5f));
+        w.linears[m] = lw;
+    };
+    const std::string p = "model.layers.0.";
+    int64_t q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
+    nvfp4(p + "self_attn.q_proj", q, c.n_embd, 1), nvfp4(p + "self_attn.k_proj", kv, c.n_embd, 2);
+    nvfp4(p + "self_attn.v_proj", kv, c.n_embd, 3), nvfp4(p + "self_attn.o_proj", c.n_embd, q, 4);
+    nvfp4(p + "mlp.gate_proj", c.n_ff, c.n_embd, 5), nvfp4(p + "mlp.up_proj", c.n_ff, c.n_embd, 6);
+    nvfp4(p + "mlp.down_proj", c.n_embd, c.n_ff, 7);
+    // Embedding and lm_head: only the 64 rows at each end hold values (the self-test reads those); the
+    // rest stays zero pages, so 8B shapes cost no time.
+    for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+        tensor t = tensor::alloc(dtype::BF16, {c.n_vocab, c.n_embd});
+        int64_t k = std::min<int64_t>(64, c.n_vocab) * c.n_embd;
+        tensor ends = host_random(dtype::BF16, {2 * k}, name[0] == 'l' ? 9 : 8, name[0] == 'l' ? 0.1f : 1.0f);
+        std::copy(ends.ptr<uint16_t>(), ends.ptr<uint16_t>() + k, t.ptr<uint16_t>());
+        std::copy(ends.ptr<uint16_t>() + k, ends.ptr<uint16_t>() + 2 * k, t.ptr<uint16_t>() + t.numel() - k);
+        w.tensors[name] = t;
+    }
+    tensor norm = host_random(dtype::BF16, {c.n_embd}, 10, 0.25f);
+    for (int64_t i = 0; i < c.n_embd; ++i) norm.ptr<uint16_t>()[i] = f32_to_bf16(1.0f + bf16_to_f32(norm.ptr<uint16_t>()[i]));
+    w.tensors[p + "input_layernorm.weight"] = norm;
+    w.tensors[p + "post_attention_layernorm.weight"] = norm;
+    w.tensors["model.norm.weight"] = norm;
+}
+
+}  // namespace tetra
