@@ -20,5 +20,6 @@ void register_perplexity(CLI::App& app);
 void register_quantize(CLI::App&);
 void register_inspect(CLI::App&);
 void register_doctor(CLI::App&);
+void register_serve(CLI::App& app);
 
 }  // namespace tetra

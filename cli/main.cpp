@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
     tetra::register_quantize(app);
     tetra::register_inspect(app);
     tetra::register_doctor(app);
+    tetra::register_serve(app);
     try {
         tetra::env_validate();
         app.parse(argc, argv);

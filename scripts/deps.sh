@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python: test tools and goldens only (never needed by the tetra binary at run time).
-py_pkgs=(numpy gguf safetensors)
+py_pkgs=(numpy gguf safetensors openai)
 py_missing=()
 for p in "${py_pkgs[@]}"; do
   python3 -m pip show -q "$p" >/dev/null 2>&1 || py_missing+=("$p")
