@@ -55,21 +55,19 @@ inline int attn_kstride(int head_dim, size_t elt) {
     return (s / 2) % 2 ? s : s + 2;
 }
 
-// The CTA body. Rows r = token_local · heads_per_cta + head_local. split < 0: plain prefill, the
-// CTA writes final outputs; split ≥ 0: only keys of that split, writing partials.
-template <class T>
-__device__ void attn_cta(const attn_params& p, int s, int tile, int kvh, int hsplit, int split) {
-    extern __shared__ float smem[];
-    float* q_s = smem;                                                  // [k_att_rows][head_dim]
-    T* k_s = reinterpret_cast<T*>(q_s + k_att_rows * p.head_dim);      // [k_att_bk][kstride]
-    T* v_s = k_s + k_att_bk * p.kstride;                                // [k_att_bk][head_dim]
-    float* p_s = reinterpret_cast<float*>(v_s + k_att_bk * p.head_dim);  // [k_att_rows][k_att_bk]
-    __shared__ int row_tok[k_att_rows], row_head[k_att_rows], row_lo[k_att_rows], row_hi[k_att_rows];
-    __shared__ int cta_lo, cta_hi;
+// The query rows of one CTA and the key range each may see (shared memory). Row r =
+// token_local · heads_per_cta + head_local; tok = −1 marks an unused row.
+struct attn_rows {
+    int tok[k_att_rows], head[k_att_rows], lo[k_att_rows], hi[k_att_rows];
+    int lo_all, hi_all;  // union of the rows' key ranges (hi_all < lo_all: no keys)
+};
 
-    const int D = p.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int tok0 = p.cu_seqlens_q[s], tok1 = p.cu_seqlens_q[s + 1];
-    if (tid == 0) cta_lo = 0x7fffffff, cta_hi = -1;
+// Fills rw (every thread calls it); false when the CTA owns no query row (uniform: it may return).
+// split ≥ 0 restricts every row to that split's keys (the last split runs to the row's position).
+__device__ __forceinline__ bool attn_rows_setup(const attn_params& p, int s, int tile, int kvh, int hsplit,
+                                                int split, attn_rows& rw) {
+    const int tid = threadIdx.x, tok0 = p.cu_seqlens_q[s], tok1 = p.cu_seqlens_q[s + 1];
+    if (tid == 0) rw.lo_all = 0x7fffffff, rw.hi_all = -1;
     __syncthreads();
     if (tid < k_att_rows) {
         int tl = tid / p.heads_per_cta, hl = tid % p.heads_per_cta;
@@ -83,118 +81,159 @@ __device__ void attn_cta(const attn_params& p, int s, int tile, int kvh, int hsp
                 lo = max(lo, split * p.split_len);
                 if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
             }
-            if (lo <= hi) atomicMin(&cta_lo, lo), atomicMax(&cta_hi, hi);
+            if (lo <= hi) atomicMin(&rw.lo_all, lo), atomicMax(&rw.hi_all, hi);
         }
-        row_tok[tid] = ok ? t : -1;
-        row_head[tid] = ok ? kvh * p.group + hg : -1;
-        row_lo[tid] = lo, row_hi[tid] = hi;
+        rw.tok[tid] = ok ? t : -1;
+        rw.head[tid] = ok ? kvh * p.group + hg : -1;
+        rw.lo[tid] = lo, rw.hi[tid] = hi;
     }
     __syncthreads();
     bool any_row = false;
-    for (int r = 0; r < k_att_rows; ++r) any_row |= row_tok[r] >= 0;
-    if (!any_row) return;  // tile beyond this sequence's query rows (uniform across the CTA)
-    for (int i = tid; i < k_att_rows * D; i += blockDim.x) {
-        int r = i / D, d = i % D;
-        q_s[i] = row_tok[r] >= 0 ? to_f32(static_cast<const T*>(p.q)[(int64_t(row_tok[r]) * p.n_head + row_head[r]) * D + d])
-                                 : 0.0f;
-    }
+    for (int r = 0; r < k_att_rows; ++r) any_row |= rw.tok[r] >= 0;
+    return any_row;
+}
 
-    // nan: a live score was NaN — the oracle's whole row is NaN then (its sum of exps is NaN), while
-    // fmaxf would silently drop it from the running max.
+// Online-softmax state of one warp's rows; lane owns output dims lane + 32·i. nan: a live score
+// was NaN — the oracle's whole row is NaN then (its sum of exps is NaN), while fmaxf would
+// silently drop it from the running max.
+struct attn_state {
     float m[k_att_rows_per_warp], l[k_att_rows_per_warp], acc[k_att_rows_per_warp][k_att_ni];
     bool nan[k_att_rows_per_warp];
-#pragma unroll
-    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
-        m[rr] = -INFINITY, l[rr] = 0.0f, nan[rr] = false;
-#pragma unroll
-        for (int i = 0; i < k_att_ni; ++i) acc[rr][i] = 0.0f;
-    }
+};
+
+// Keys [j0, j0 + k_att_bk) of kv head kvh into shared memory through the block table row bt;
+// keys past hi_all are zero (never read from the cache: its unowned slots may hold anything).
+template <class T>
+__device__ __forceinline__ void attn_load_tile(const attn_params& p, const int32_t* bt, int kvh, int j0, int hi_all,
+                                               T* k_s, T* v_s) {
+    const int D = p.head_dim;
     const T* kc = static_cast<const T*>(p.k_cache);
     const T* vc = static_cast<const T*>(p.v_cache);
-    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
-    const int lo_all = cta_lo, hi_all = cta_hi;
-    for (int j0 = lo_all; j0 <= hi_all; j0 += k_att_bk) {
-        __syncthreads();  // previous tile fully consumed (and q_s written, first time)
-        for (int i = tid; i < k_att_bk * D; i += blockDim.x) {
-            int jj = i / D, d = i % D, j = j0 + jj;
-            T kv = from_f32<T>(0.0f), vv = kv;
-            if (j <= hi_all) {
-                int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
-                int64_t off = (slot * p.n_head_kv + kvh) * D + d;
-                kv = kc[off], vv = vc[off];
-            }
-            k_s[jj * p.kstride + d] = kv;
-            v_s[jj * D + d] = vv;
+    for (int i = threadIdx.x; i < k_att_bk * D; i += blockDim.x) {
+        int jj = i / D, d = i % D, j = j0 + jj;
+        T kv = from_f32<T>(0.0f), vv = kv;
+        if (j <= hi_all) {
+            int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+            int64_t off = (slot * p.n_head_kv + kvh) * D + d;
+            kv = kc[off], vv = vc[off];
         }
-        __syncthreads();
-        // Scores: lane = key of the tile; four rows share every K element read.
-        float sc[k_att_rows_per_warp];
-#pragma unroll
-        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] = 0.0f;
-        const T* krow = k_s + lane * p.kstride;
-        const float* qw = q_s + warp * k_att_rows_per_warp * D;
-        for (int d = 0; d < D; ++d) {
-            float kd = to_f32(krow[d]);
-#pragma unroll
-            for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] += qw[rr * D + d] * kd;
-        }
-        const int j = j0 + lane;
-#pragma unroll
-        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
-            int r = warp * k_att_rows_per_warp + rr;
-            bool live = row_tok[r] >= 0 && j >= row_lo[r] && j <= row_hi[r];
-            float score = live ? sc[rr] * p.scale : -INFINITY;
-            nan[rr] |= __any_sync(0xffffffffu, score != score);
-            if (score != score) score = -INFINITY;
-            float m_new = fmaxf(m[rr], warp_max(score));
-            float pj = 0.0f, alpha = 1.0f;
-            if (m_new != -INFINITY) {
-                pj = live ? expf(score - m_new) : 0.0f;
-                alpha = expf(m[rr] - m_new);  // m = −inf → 0, and l, acc are 0 then anyway
-            }
-            l[rr] = l[rr] * alpha + warp_sum(pj);
-            m[rr] = m_new;
-            p_s[r * k_att_bk + lane] = pj;
-#pragma unroll
-            for (int i = 0; i < k_att_ni; ++i) acc[rr][i] *= alpha;
-        }
-        __syncwarp();
-        // PV: lane owns dims d = lane + 32·i.
-        for (int jj = 0; jj < k_att_bk && j0 + jj <= hi_all; ++jj) {
-            const T* vrow = v_s + jj * D;
-            float vd[k_att_ni];
-#pragma unroll
-            for (int i = 0; i < k_att_ni; ++i) vd[i] = lane + 32 * i < D ? to_f32(vrow[lane + 32 * i]) : 0.0f;
-#pragma unroll
-            for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
-                float pj = p_s[(warp * k_att_rows_per_warp + rr) * k_att_bk + jj];
-#pragma unroll
-                for (int i = 0; i < k_att_ni; ++i) acc[rr][i] += pj * vd[i];
-            }
-        }
+        k_s[jj * p.kstride + d] = kv;
+        v_s[jj * D + d] = vv;
     }
-    // Epilogue.
+}
+
+// One K/V tile for the warp's rows: scores (lane = key; four rows share every K element read),
+// the online-softmax update, then P·V (lane = output dims).
+template <class T>
+__device__ __forceinline__ void attn_tile_update(const attn_params& p, const attn_rows& rw, const float* q_s,
+                                                 const T* k_s, const T* v_s, float* p_s, int j0, attn_state& st) {
+    const int D = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float sc[k_att_rows_per_warp];
+#pragma unroll
+    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] = 0.0f;
+    const T* krow = k_s + lane * p.kstride;
+    const float* qw = q_s + warp * k_att_rows_per_warp * D;
+    for (int d = 0; d < D; ++d) {
+        float kd = to_f32(krow[d]);
+#pragma unroll
+        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) sc[rr] += qw[rr * D + d] * kd;
+    }
+    const int j = j0 + lane;
 #pragma unroll
     for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
         int r = warp * k_att_rows_per_warp + rr;
-        if (row_tok[r] < 0) continue;
-        int64_t row = int64_t(row_tok[r]) * p.n_head + row_head[r];
-        float inv = nan[rr] ? __int_as_float(0x7fc00000) : l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+        bool live = rw.tok[r] >= 0 && j >= rw.lo[r] && j <= rw.hi[r];
+        float score = live ? sc[rr] * p.scale : -INFINITY;
+        st.nan[rr] |= __any_sync(0xffffffffu, score != score);
+        if (score != score) score = -INFINITY;
+        float m_new = fmaxf(st.m[rr], warp_max(score));
+        float pj = 0.0f, alpha = 1.0f;
+        if (m_new != -INFINITY) {
+            pj = live ? expf(score - m_new) : 0.0f;
+            alpha = expf(st.m[rr] - m_new);  // m = −inf → 0, and l, acc are 0 then anyway
+        }
+        st.l[rr] = st.l[rr] * alpha + warp_sum(pj);
+        st.m[rr] = m_new;
+        p_s[r * k_att_bk + lane] = pj;
+#pragma unroll
+        for (int i = 0; i < k_att_ni; ++i) st.acc[rr][i] *= alpha;
+    }
+    __syncwarp();
+    for (int jj = 0; jj < k_att_bk && j0 + jj <= rw.hi_all; ++jj) {
+        const T* vrow = v_s + jj * D;
+        float vd[k_att_ni];
+#pragma unroll
+        for (int i = 0; i < k_att_ni; ++i) vd[i] = lane + 32 * i < D ? to_f32(vrow[lane + 32 * i]) : 0.0f;
+#pragma unroll
+        for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+            float pj = p_s[(warp * k_att_rows_per_warp + rr) * k_att_bk + jj];
+#pragma unroll
+            for (int i = 0; i < k_att_ni; ++i) st.acc[rr][i] += pj * vd[i];
+        }
+    }
+}
+
+// Final rows (split < 0) or the split's normalized partial rows and their log-sum-exp.
+template <class T>
+__device__ __forceinline__ void attn_store(const attn_params& p, const attn_rows& rw, int split, const attn_state& st) {
+    const int D = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+        int r = warp * k_att_rows_per_warp + rr;
+        if (rw.tok[r] < 0) continue;
+        int64_t row = int64_t(rw.tok[r]) * p.n_head + rw.head[r];
+        float inv = st.nan[rr] ? __int_as_float(0x7fc00000) : st.l[rr] > 0.0f ? 1.0f / st.l[rr] : 0.0f;
         if (split < 0) {
             T* o = static_cast<T*>(p.out) + row * D;
 #pragma unroll
             for (int i = 0; i < k_att_ni; ++i)
-                if (lane + 32 * i < D) o[lane + 32 * i] = from_f32<T>(acc[rr][i] * inv);
+                if (lane + 32 * i < D) o[lane + 32 * i] = from_f32<T>(st.acc[rr][i] * inv);
         } else {
             float* o = p.part_o + (row * p.n_splits + split) * D;
 #pragma unroll
             for (int i = 0; i < k_att_ni; ++i)
-                if (lane + 32 * i < D) o[lane + 32 * i] = acc[rr][i] * inv;
+                if (lane + 32 * i < D) o[lane + 32 * i] = st.acc[rr][i] * inv;
             if (lane == 0)
-                p.part_lse[row * p.n_splits + split] =
-                    nan[rr] ? __int_as_float(0x7fc00000) : l[rr] > 0.0f ? m[rr] + logf(l[rr]) : -INFINITY;
+                p.part_lse[row * p.n_splits + split] = st.nan[rr]       ? __int_as_float(0x7fc00000)
+                                                       : st.l[rr] > 0.0f ? st.m[rr] + logf(st.l[rr])
+                                                                         : -INFINITY;
         }
     }
+}
+
+// The CTA body: query tile `tile` of sequence s, kv head kvh, head split hsplit. split < 0: plain
+// prefill writing final outputs; split ≥ 0: only that split's keys, writing partials.
+template <class T>
+__device__ void attn_cta(const attn_params& p, int s, int tile, int kvh, int hsplit, int split) {
+    extern __shared__ float smem[];
+    float* q_s = smem;                                                   // [k_att_rows][head_dim]
+    T* k_s = reinterpret_cast<T*>(q_s + k_att_rows * p.head_dim);       // [k_att_bk][kstride]
+    T* v_s = k_s + k_att_bk * p.kstride;                                 // [k_att_bk][head_dim]
+    float* p_s = reinterpret_cast<float*>(v_s + k_att_bk * p.head_dim);  // [k_att_rows][k_att_bk]
+    __shared__ attn_rows rw;
+    if (!attn_rows_setup(p, s, tile, kvh, hsplit, split, rw)) return;  // tile past the query rows
+    const int D = p.head_dim;
+    for (int i = threadIdx.x; i < k_att_rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        q_s[i] = rw.tok[r] >= 0 ? to_f32(static_cast<const T*>(p.q)[(int64_t(rw.tok[r]) * p.n_head + rw.head[r]) * D + d])
+                                : 0.0f;
+    }
+    attn_state st;
+#pragma unroll
+    for (int rr = 0; rr < k_att_rows_per_warp; ++rr) {
+        st.m[rr] = -INFINITY, st.l[rr] = 0.0f, st.nan[rr] = false;
+#pragma unroll
+        for (int i = 0; i < k_att_ni; ++i) st.acc[rr][i] = 0.0f;
+    }
+    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
+    const int lo_all = rw.lo_all, hi_all = rw.hi_all;
+    for (int j0 = lo_all; j0 <= hi_all; j0 += k_att_bk) {
+        __syncthreads();  // previous tile fully consumed (and q_s written, the first time)
+        attn_load_tile<T>(p, bt, kvh, j0, hi_all, k_s, v_s);
+        __syncthreads();
+        attn_tile_update<T>(p, rw, q_s, k_s, v_s, p_s, j0, st);
+    }
+    attn_store<T>(p, rw, split, st);
 }
 
 // Host: the fields every attention launch shares. Kernels accept only k_cache dtype == act.
