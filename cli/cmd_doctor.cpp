@@ -57,7 +57,8 @@ double cpu_read_bandwidth_gbs() {
         parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
             uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             int64_t i = b;
-            for (; i + 4 <= e; i += 4) s0 += buf[size_t(i)], s1 += buf[size_t(i + 1)], s2 += buf[size_t(i + 2)], s3 += buf[size_t(i + 3)];
+            for (; i + 4 <= e; i += 4)
+                s0 += buf[size_t(i)], s1 += buf[size_t(i + 1)], s2 += buf[size_t(i + 2)], s3 += buf[size_t(i + 3)];
             for (; i < e; ++i) s0 += buf[size_t(i)];
             partial[size_t(b * 8 / int64_t(n)) % partial.size()] += s0 + s1 + s2 + s3;  // keep the loads
         });
@@ -120,8 +121,9 @@ json device_json(backend& be) {
         j["bandwidth_method"] = "device copy (read + write), 256 MiB";
         j["compiled_targets"] = compiled_targets_str(d.compiled);
         j["loaded_image"] = has ? img.str() : "none";
-        j["e2m1"] = (d.features & FEAT_CVT_E2M1) ? "hardware (cvt.rn.satfinite.e2m1x2.f32)"
-                                                  : "software encoder (the loaded image has no a/f target of 10.x-12.x)";
+        j["e2m1"] = (d.features & FEAT_CVT_E2M1)
+                        ? "hardware (cvt.rn.satfinite.e2m1x2.f32)"
+                        : "software encoder (the loaded image has no a/f target of 10.x-12.x)";
     }
     j["features"] = arch_features_str(d.features);
     return j;
@@ -133,7 +135,8 @@ json kernels_json(const device_info& dev) {
     for (const std::string& op : reg.ops()) {
         json ks = json::array();
         for (const kernel_candidate& c : reg.candidates(op, dev, nullptr))
-            ks.push_back({{"kernel", c.kernel->name}, {"device", c.kernel->req.device == device_kind::CPU ? "cpu" : "cuda"},
+            ks.push_back({{"kernel", c.kernel->name},
+                          {"device", c.kernel->req.device == device_kind::CPU ? "cpu" : "cuda"},
                           {"priority", c.kernel->priority}, {"eligible", c.eligible}, {"forced", c.forced},
                           {"why_not", c.why_not}});
         ops.push_back({{"op", op}, {"kernels", ks}});
@@ -186,52 +189,55 @@ json selftest_json(const selftest_report& r) {
     return j;
 }
 
+// A JSON value as text: strings without quotes, everything else as JSON.
+std::string txt(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
 void print_text(const json& j) {
     const json& b = j["build"];
     const json& d = j["device"];
-    std::printf("tetra doctor\n\nbuild:     tetra %s, CUDA backend: %s, fault injection: %s\n", b["version"].get<std::string>().c_str(),
-                b["cuda_backend"].get<bool>() ? "yes" : "no", b["fault_injection"].get<bool>() ? "ON (test build)" : "off");
-    std::printf("cuda:      %s (driver %s, runtime %s)\n", d["cuda"].get<std::string>().c_str(),
-                d["driver_version"].get<std::string>().c_str(), d["runtime_version"].get<std::string>().c_str());
-    std::printf("device:    %s [%s]\n", d["name"].get<std::string>().c_str(), d["kind"].get<std::string>().c_str());
-    std::printf("cc / SMs:  %s / %s\n", d["compute_capability"].dump().c_str(), d["sms"].dump().c_str());
+    std::printf("tetra doctor\n\nbuild:     tetra %s, CUDA backend: %s, fault injection: %s\n", txt(b["version"]).c_str(),
+                b["cuda_backend"].get<bool>() ? "yes" : "no",
+                b["fault_injection"].get<bool>() ? "ON (test build)" : "off");
+    std::printf("cuda:      %s (driver %s, runtime %s)\n", txt(d["cuda"]).c_str(), txt(d["driver_version"]).c_str(),
+                txt(d["runtime_version"]).c_str());
+    std::printf("device:    %s [%s]\ncc / SMs:  %s / %s\n", txt(d["name"]).c_str(), txt(d["kind"]).c_str(),
+                txt(d["compute_capability"]).c_str(), txt(d["sms"]).c_str());
     std::printf("memory:    %.1f GiB\n", double(d["memory_bytes"].get<int64_t>()) / double(1 << 30));
-    std::printf("bandwidth: %.1f GB/s (%s)\n", d["bandwidth_gbs"].get<double>(), d["bandwidth_method"].get<std::string>().c_str());
-    std::printf("targets:   %s\nfeatures:  %s\ne2m1:      %s\n", d["compiled_targets"].get<std::string>().c_str(),
-                d["features"].get<std::string>().c_str(), d["e2m1"].get<std::string>().c_str());
+    std::printf("bandwidth: %.1f GB/s (%s)\n", d["bandwidth_gbs"].get<double>(), txt(d["bandwidth_method"]).c_str());
+    std::printf("targets:   %s\nfeatures:  %s\ne2m1:      %s\n", txt(d["compiled_targets"]).c_str(),
+                txt(d["features"]).c_str(), txt(d["e2m1"]).c_str());
     std::printf("\nkernels (priority order; * = eligible here):\n");
     for (const json& op : j["kernels"]) {
-        std::printf("  %s\n", op["op"].get<std::string>().c_str());
+        std::printf("  %s\n", txt(op["op"]).c_str());
         for (const json& k : op["kernels"])
-            std::printf("    %s %-40s prio %4d  %s%s\n", k["eligible"].get<bool>() ? "*" : " ",
-                        k["kernel"].get<std::string>().c_str(), k["priority"].get<int>(),
-                        k["forced"].get<bool>() ? "[forced] " : "", k["why_not"].get<std::string>().c_str());
+            std::printf("    %s %-40s prio %4d  %s%s\n", k["eligible"].get<bool>() ? "*" : " ", txt(k["kernel"]).c_str(),
+                        k["priority"].get<int>(), k["forced"].get<bool>() ? "[forced] " : "", txt(k["why_not"]).c_str());
     }
     if (j.contains("model")) {
         const json& m = j["model"];
         const json& h = m["scale_health"];
-        std::printf("\nmodel:     %s\nformat:    %s, quant_algo %s, %zu NVFP4 linears\nexclude:   %s\ndense:     %s\n",
-                    m["dir"].get<std::string>().c_str(), m["format"].get<std::string>().c_str(),
-                    m["quant_algo"].get<std::string>().c_str(), m["nvfp4_linears"].get<size_t>(), m["exclude"].dump().c_str(),
-                    m["dense_linears"].dump().c_str());
-        std::printf("scales:    %lld blocks; saturated %lld, subnormal %lld, zero %lld, invalid %lld; scale_global [%g, %g]\n",
-                    (long long)h["blocks"].get<int64_t>(), (long long)h["saturated"].get<int64_t>(),
-                    (long long)h["subnormal"].get<int64_t>(), (long long)h["zero"].get<int64_t>(),
-                    (long long)h["invalid"].get<int64_t>(), h["scale_global_min"].get<double>(), h["scale_global_max"].get<double>());
+        std::printf("\nmodel:     %s\nformat:    %s, quant_algo %s, %s NVFP4 linears\nexclude:   %s\ndense:     %s\n",
+                    txt(m["dir"]).c_str(), txt(m["format"]).c_str(), txt(m["quant_algo"]).c_str(),
+                    txt(m["nvfp4_linears"]).c_str(), txt(m["exclude"]).c_str(), txt(m["dense_linears"]).c_str());
+        std::printf("scales:    %s blocks; saturated %s, subnormal %s, zero %s, invalid %s; scale_global [%s, %s]\n",
+                    txt(h["blocks"]).c_str(), txt(h["saturated"]).c_str(), txt(h["subnormal"]).c_str(),
+                    txt(h["zero"]).c_str(), txt(h["invalid"]).c_str(), txt(h["scale_global_min"]).c_str(),
+                    txt(h["scale_global_max"]).c_str());
     }
     const json& s = j["selftest"];
-    std::printf("\nself-test on %s (%s):\n", s.value("device", std::string("?")).c_str(), j["selftest_model"].get<std::string>().c_str());
-    if (s.contains("error")) std::printf("  FAILED: %s\n", s["error"].get<std::string>().c_str());
-    for (const json& r : s.value("results", json::array()))
+    std::printf("\nself-test on %s (%s):\n", txt(s["device"]).c_str(), txt(j["selftest_model"]).c_str());
+    if (s.contains("error")) std::printf("  FAILED: %s\n", txt(s["error"]).c_str());
+    for (const json& r : s.value("results", json::array())) {
+        std::string err = txt(r["error"]);
         std::printf("  %s %-38s NMSE %-9.3g tol %-7.2g %s%s\n", r["passed"].get<bool>() ? "pass" : "FAIL",
-                    r["kernel"].get<std::string>().c_str(), r["nmse"].get<double>(), r["tolerance"].get<double>(),
-                    r["case"].get<std::string>().c_str(),
-                    r["error"].get<std::string>().empty() ? "" : ("  ← " + r["error"].get<std::string>()).c_str());
+                    txt(r["kernel"]).c_str(), r["nmse"].get<double>(), r["tolerance"].get<double>(),
+                    txt(r["case"]).c_str(), err.empty() ? "" : ("  <- " + err).c_str());
+    }
     std::printf("\nkernel per layer class / op:\n");
     for (const json& c : s.value("chosen", json::array())) {
-        std::string cls = c["classes"].get<std::string>();
-        std::printf("  %s → %s (%s%s)\n", c["what"].get<std::string>().c_str(), c["kernel"].get<std::string>().c_str(),
-                    cls.empty() ? "" : (cls + "; ").c_str(), c["reason"].get<std::string>().c_str());
+        std::string cls = txt(c["classes"]);
+        std::printf("  %s → %s (%s%s)\n", txt(c["what"]).c_str(), txt(c["kernel"]).c_str(),
+                    cls.empty() ? "" : (cls + "; ").c_str(), txt(c["reason"]).c_str());
     }
 }
 
@@ -285,7 +291,8 @@ void register_doctor(CLI::App& app) {
     cmd->add_option("model", a->model, "HF model directory: self-test on its shapes and weights, show its checkpoint");
     cmd->add_flag("--json", a->json, "print JSON instead of text");
     cmd->callback([a] {
-        if (run_doctor(*a) != 0) throw error("doctor: an op has no working kernel on this device (see the self-test above)");
+        if (run_doctor(*a) != 0)
+            throw error("doctor: an op has no working kernel on this device (see the self-test above)");
     });
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/log.h"
@@ -16,28 +17,35 @@ namespace {
 
 std::atomic<uint64_t> g_trips[k_guard_trip_kinds];
 
+typedef float f32x4 __attribute__((vector_size(16)));  // GCC vector extension: SSE2 on x86-64, NEON on arm64
+
 // Row `row` of length n (n ≥ 2). Shifting by x[0] keeps the f32 sums small for rows with a large
-// common offset (softmax-invariant), so the variance does not cancel catastrophically.
+// common offset (softmax-invariant), so the variance does not cancel catastrophically. Two 4-lane
+// vector accumulators per statistic (scalar f32 reductions are not auto-vectorized without
+// -ffast-math): ~0.1 ns per element instead of ~1.5.
 guard_verdict check_row(const float* x, int64_t n, int64_t row, const output_guard_config& c) {
-    constexpr int L = 8;
     const float x0 = x[0];
-    float mn[L], mx[L], s[L], ss[L];
-    for (int l = 0; l < L; ++l) mn[l] = mx[l] = x0, s[l] = ss[l] = 0.0f;
+    const f32x4 base = {x0, x0, x0, x0}, zero = {0, 0, 0, 0};
+    f32x4 mn[2] = {base, base}, mx[2] = {base, base}, s[2] = {zero, zero}, ss[2] = {zero, zero};
     int64_t j = 0;
-    for (; j + L <= n; j += L)
-        for (int l = 0; l < L; ++l) {
-            float v = x[j + l], d = v - x0;
-            s[l] += d, ss[l] += d * d;
-            mn[l] = v < mn[l] ? v : mn[l], mx[l] = v > mx[l] ? v : mx[l];
+    for (; j + 8 <= n; j += 8)
+        for (int h = 0; h < 2; ++h) {
+            f32x4 v;
+            std::memcpy(&v, x + j + 4 * h, sizeof v);
+            f32x4 d = v - base;
+            s[h] += d, ss[h] += d * d;
+            mn[h] = v < mn[h] ? v : mn[h], mx[h] = v > mx[h] ? v : mx[h];
         }
+    double S = 0, SS = 0;
+    float lo = x0, hi = x0;
+    for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 4; ++l)
+            S += s[h][l], SS += ss[h][l], lo = std::min(lo, mn[h][l]), hi = std::max(hi, mx[h][l]);
     for (; j < n; ++j) {
         float v = x[j], d = v - x0;
-        s[0] += d, ss[0] += d * d;
-        mn[0] = v < mn[0] ? v : mn[0], mx[0] = v > mx[0] ? v : mx[0];
+        S += d, SS += double(d) * d;
+        lo = v < lo ? v : lo, hi = v > hi ? v : hi;
     }
-    double S = 0, SS = 0;
-    float lo = mn[0], hi = mx[0];
-    for (int l = 0; l < L; ++l) S += s[l], SS += ss[l], lo = std::min(lo, mn[l]), hi = std::max(hi, mx[l]);
     guard_verdict v;
     v.row = row;
     if (!std::isfinite(S) || !std::isfinite(SS)) {  // NaN or Inf somewhere (or |x| beyond 1e19)

@@ -215,7 +215,8 @@ struct case_builder {
         k.tol = tolerance("rope", a);
         k.run = [=](backend& be, int, const launch_fn& launch) {
             rope_args g;
-            g.act = a, g.q = be.upload(host_random(a, {3, nh, hd}, 21)), g.k = be.upload(host_random(a, {3, nkv, hd}, 22));
+            g.act = a, g.q = be.upload(host_random(a, {3, nh, hd}, 21));
+            g.k = be.upload(host_random(a, {3, nkv, hd}, 22));
             g.positions = be.upload(host_i32({0, 7, last}, {3}));
             g.inv_freq = be.upload(inv);
             g.align = ptr_align({&g.q, &g.k, &g.positions, &g.inv_freq});
@@ -239,8 +240,10 @@ struct case_builder {
         s.tol = 0;
         s.run = [=](backend& be, int, const launch_fn& launch) {
             kv_store_args g;
-            g.act = a, g.k = be.upload(host_random(a, {3, nkv, hd}, 31)), g.v = be.upload(host_random(a, {3, nkv, hd}, 32));
-            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 33)), g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 34));
+            g.act = a, g.k = be.upload(host_random(a, {3, nkv, hd}, 31));
+            g.v = be.upload(host_random(a, {3, nkv, hd}, 32));
+            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 33));
+            g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 34));
             g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
             g.align = ptr_align({&g.k, &g.v, &g.k_cache, &g.v_cache, &g.slot_mapping});
             launch(g);
@@ -265,7 +268,8 @@ struct case_builder {
                 int64_t n_tok = prefill ? 7 : 2;
                 attention_args g;
                 g.act = a, g.q = be.upload(host_random(a, {n_tok, nh, hd}, 41 + prefill));
-                g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43)), g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
+                g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43));
+                g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
                 g.out = be.alloc(a, {n_tok, nh * hd});
                 g.scale = 1.0f / std::sqrt(float(hd));
                 attn_metadata& m = g.meta;
@@ -305,7 +309,8 @@ struct case_builder {
         k.tol = tolerance("silu_mul", a);
         k.run = [=](backend& be, int, const launch_fn& launch) {
             silu_mul_args g;
-            g.act = a, g.gate = be.upload(host_random(a, {3, nf}, 51, 8.0f)), g.up = be.upload(host_random(a, {3, nf}, 52));
+            g.act = a, g.gate = be.upload(host_random(a, {3, nf}, 51, 8.0f));
+            g.up = be.upload(host_random(a, {3, nf}, 52));
             g.out = be.alloc(a, {3, nf});
             g.align = ptr_align({&g.gate, &g.up, &g.out});
             launch(g);
@@ -732,7 +737,8 @@ void make_selftest_model(model_config& c, model_weights& w) {
         w.tensors[name] = t;
     }
     tensor norm = host_random(dtype::BF16, {c.n_embd}, 10, 0.25f);
-    for (int64_t i = 0; i < c.n_embd; ++i) norm.ptr<uint16_t>()[i] = f32_to_bf16(1.0f + bf16_to_f32(norm.ptr<uint16_t>()[i]));
+    uint16_t* nw = norm.ptr<uint16_t>();
+    for (int64_t i = 0; i < c.n_embd; ++i) nw[i] = f32_to_bf16(1.0f + bf16_to_f32(nw[i]));
     w.tensors[p + "input_layernorm.weight"] = norm;
     w.tensors[p + "post_attention_layernorm.weight"] = norm;
     w.tensors["model.norm.weight"] = norm;

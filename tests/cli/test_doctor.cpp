@@ -72,7 +72,9 @@ TEST(cli_doctor, reports_build_device_kernels_and_selftest) {
     EXPECT_EQ((*plain)["why_not"], "");
     // Self-test of the synthetic model: every real kernel passes; one line per layer class.
     for (const auto& x : j["selftest"]["results"])
-        if (x["kernel"].get<std::string>().rfind("faulty_", 0) != 0) EXPECT_EQ(x["passed"], true) << x.dump();
+        if (x["kernel"].get<std::string>().rfind("faulty_", 0) != 0) {
+            EXPECT_EQ(x["passed"], true) << x.dump();
+        }
     const nlohmann::json* down = find_by(j["selftest"]["chosen"], "what", "linear nvfp4 256x512");
     ASSERT_NE(down, nullptr);
     EXPECT_EQ((*down)["classes"], "mlp.down_proj");
