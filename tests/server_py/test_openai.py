@@ -363,10 +363,33 @@ class load(unittest.TestCase):
         self.assertEqual(SERVER.get("/health")[0], 200)
 
 
-class api_key_and_sigterm(unittest.TestCase):
-    def test_api_key_and_sigterm_exit_0(self):
-        s = server_process(["--api-key", "sekret"])
+class second_server(unittest.TestCase):
+    def test_api_key_parsers_and_sigterm_exit_0(self):
+        s = server_process(["--api-key", "sekret", "--reasoning-parser", "deepseek_r1", "--enable-auto-tool-choice",
+                            "--tool-call-parser", "hermes"])
         try:
+            cl = s.client("sekret")
+            # deepseek_r1: SmolLM2 never writes </think>, so its whole output is (truncated) reasoning
+            r = cl.chat.completions.create(model="smol", messages=CHAT, max_tokens=6, temperature=0)
+            m = r.choices[0].message
+            self.assertIsNone(m.content)
+            self.assertTrue(m.model_extra["reasoning"])
+            self.assertEqual(m.model_extra["reasoning"], m.model_extra["reasoning_content"])
+            chunks = list(cl.chat.completions.create(model="smol", messages=CHAT, max_tokens=6, temperature=0, stream=True))
+            streamed = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices)
+            self.assertEqual(streamed, m.model_extra["reasoning"])
+            self.assertTrue(all(not c.choices or not c.choices[0].delta.content for c in chunks))
+            # enable_thinking false: no reasoning block, all content
+            r = cl.chat.completions.create(model="smol", messages=CHAT, max_tokens=6, temperature=0,
+                                           extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            self.assertEqual(r.choices[0].message.content, m.model_extra["reasoning"])
+            # tools accepted once a parser is configured; history with tool calls renders
+            tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+            hist = CHAT + [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                           {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+            r = cl.chat.completions.create(model="smol", messages=hist, tools=tools, max_tokens=4, temperature=0)
+            self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
             self.assertEqual(s.get("/health")[0], 200)  # open
             self.assertEqual(s.get("/metrics")[0], 200)
             status, data, _ = s.get("/v1/models")
