@@ -242,6 +242,17 @@ class basic(unittest.TestCase):
         b = cl.chat.completions.create(model="smol", messages=CHAT, max_tokens=8, seed=42, temperature=1.0)
         self.assertEqual(a.choices[0].message.content, b.choices[0].message.content)
 
+    def test_stream_n2_interleaves_and_counts_usage(self):
+        chunks = list(SERVER.client().chat.completions.create(model="smol", messages=CHAT, max_tokens=5, n=2, seed=7,
+                                                               temperature=1.0, stream=True,
+                                                               stream_options={"include_usage": True}))
+        roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role == "assistant"]
+        self.assertEqual(sorted(roles), [0, 1])
+        finals = sorted(c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason)
+        self.assertEqual(finals, [0, 1])
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 10)
+
     def test_tokenize_detokenize(self):
         status, data, _ = SERVER.post("/tokenize", {"prompt": "Hello world", "add_special_tokens": False})
         self.assertEqual(status, 200)
