@@ -361,17 +361,18 @@ linear_weight linear_rows(const linear_weight& lw, int64_t n) {
     return s;
 }
 
+// One case per (op, shape) over every layer's linears (an excluded layer is dense: its own case),
+// the first layer holding it supplying the weight rows; classes of one shape share the case.
 void case_builder::matmul_cases() {
-    struct cls { std::string module, name; bool dense_ok; };
-    std::vector<cls> classes = {{"model.layers.0.self_attn.q_proj", "self_attn.q_proj", false},
-                                {"model.layers.0.self_attn.k_proj", "self_attn.k_proj", false},
-                                {"model.layers.0.self_attn.v_proj", "self_attn.v_proj", false},
-                                {"model.layers.0.self_attn.o_proj", "self_attn.o_proj", false},
-                                {"model.layers.0.mlp.gate_proj", "mlp.gate_proj", false},
-                                {"model.layers.0.mlp.up_proj", "mlp.up_proj", false},
-                                {"model.layers.0.mlp.down_proj", "mlp.down_proj", false},
-                                {c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", "lm_head", true}};
-    std::map<std::string, size_t> by_key;  // (op, shape) → case index: classes of one shape share a case
+    struct cls { std::string module, name; int il; bool dense_ok; };
+    std::vector<cls> classes;
+    for (int il = 0; il < int(c.n_layer); ++il)
+        for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+            classes.push_back({"model.layers." + std::to_string(il) + "." + n, n, il, false});
+    classes.push_back({c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", "lm_head", -1, true});
+    std::map<std::string, size_t> by_key;             // (op, shape) → case index
+    std::map<size_t, std::vector<std::string>> names;  // case index → its classes
     bool quantize_added = false;
     for (const cls& cl : classes) {
         const linear_weight& lw = w.linear(cl.module, cl.dense_ok);
@@ -380,9 +381,11 @@ void case_builder::matmul_cases() {
         std::string key = strfmt("linear %s %lldx%lld", kind.c_str(), (long long)lw.n_out, (long long)lw.n_in);
         auto it = by_key.find(op + key);
         if (it != by_key.end()) {
-            cases[it->second].classes += ", " + cl.name;
+            std::vector<std::string>& have = names[it->second];
+            if (std::find(have.begin(), have.end(), cl.name) == have.end()) have.push_back(cl.name);
             continue;
         }
+        names[cases.size()] = {cl.name};
         if (op == "matmul_nvfp4_w4a4" && !quantize_added) quantize_case(lw, cl.module), quantize_added = true;
         by_key[op + key] = cases.size();
         op_case k;
@@ -390,6 +393,7 @@ void case_builder::matmul_cases() {
         k.label = key;
         k.classes = cl.name;
         k.tol = tolerance(op, act);
+        std::string where = cl.il >= 0 ? strfmt("%s layer %d", cl.name.c_str(), cl.il) : cl.name;
         // Test sizes: (M, N) from small to the real shape; a kernel is tested at the first it accepts.
         int64_t n_small = std::min<int64_t>(lw.n_out, 64), m_small = std::min<int64_t>(3, max_tokens);
         std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, lw.n_out}};
@@ -397,8 +401,8 @@ void case_builder::matmul_cases() {
             if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
         k.n_sizes = int(sizes.size());
         for (auto& s : sizes)
-            k.size_strs.push_back(strfmt("%s (%s layer 0 rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(),
-                                         cl.name.c_str(), (long long)s.second, (long long)s.first, (long long)s.second,
+            k.size_strs.push_back(strfmt("%s (%s rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(), where.c_str(),
+                                         (long long)s.second, (long long)s.first, (long long)s.second,
                                          (long long)lw.n_in, dtype_name(act)));
         k.what = k.size_strs[0];
         // W4A4: activations sized so the block scales G·amax/6 land mid-range in e4m3 (≈ 64).
@@ -430,6 +434,11 @@ void case_builder::matmul_cases() {
             if (m <= max_tokens) k.probe_m.push_back(m);
         if (max_tokens > 64) k.probe_m.push_back(max_tokens);
         cases.push_back(k);
+    }
+    for (auto& kv : names) {
+        std::string& out = cases[kv.first].classes;
+        out.clear();
+        for (const std::string& n : kv.second) out += (out.empty() ? "" : ", ") + n;
     }
 }
 
