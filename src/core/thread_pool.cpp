@@ -13,10 +13,6 @@ namespace tetra {
 
 namespace {
 
-// Workers spin briefly on an atomic generation counter before sleeping on the condition variable:
-// a decode step issues hundreds of parallel regions ~50-100 us apart, and a futex wake-up per
-// region costs more than the spin. The generation is bumped under the mutex, so a worker that
-// decided to sleep cannot miss it.
 class pool {
   public:
     explicit pool(int n) : n_threads_(n < 1 ? 1 : n) {
@@ -26,7 +22,7 @@ class pool {
         {
             std::lock_guard<std::mutex> lk(mu_);
             stop_ = true;
-            generation_.fetch_add(1);
+            ++generation_;
         }
         cv_.notify_all();
         for (auto& t : workers_) t.join();
@@ -37,15 +33,15 @@ class pool {
         std::unique_lock<std::mutex> run_lk(run_mu_);  // one parallel region at a time
         fn_ = &fn;
         n_ = n;
-        pending_.store(n_threads_ - 1);
         {
             std::lock_guard<std::mutex> lk(mu_);
-            generation_.fetch_add(1);
+            pending_ = n_threads_ - 1;
+            ++generation_;
         }
         cv_.notify_all();
         chunk(0);
-        for (int spin = 0; pending_.load() != 0; ++spin)
-            if (spin > 64) std::this_thread::yield();
+        std::unique_lock<std::mutex> lk(mu_);
+        done_cv_.wait(lk, [this] { return pending_ == 0; });
     }
 
   private:
@@ -57,28 +53,24 @@ class pool {
     void work(int i) {
         uint64_t seen = 0;
         for (;;) {
-            for (int spin = 0; spin < 20000 && generation_.load() == seen; ++spin) {
-#if defined(__x86_64__)
-                __builtin_ia32_pause();
-#endif
-            }
-            if (generation_.load() == seen) {
+            {
                 std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait(lk, [&] { return generation_.load() != seen; });
+                cv_.wait(lk, [&] { return generation_ != seen; });
+                seen = generation_;
+                if (stop_) return;
             }
-            seen = generation_.load();
-            if (stop_) return;
             chunk(i);
-            pending_.fetch_sub(1);
+            std::lock_guard<std::mutex> lk(mu_);
+            if (--pending_ == 0) done_cv_.notify_one();
         }
     }
 
     int n_threads_;
     std::vector<std::thread> workers_;
     std::mutex mu_, run_mu_;
-    std::condition_variable cv_;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<int> pending_{0};
+    std::condition_variable cv_, done_cv_;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
     bool stop_ = false;
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0;
