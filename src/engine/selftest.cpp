@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "backend/ops.h"
@@ -104,7 +105,7 @@ struct op_case {
     std::function<std::vector<float>(backend& be, int size, const launch_fn& launch)> run;
     // Matmul: selection probes at real shapes (M → args); empty for the other ops (the run's args,
     // with the model's real feature sizes, select the same kernel the forward will).
-    std::function<void(int64_t m, const launch_fn& select)> probe;
+    std::function<void(backend& be, int64_t m, const launch_fn& select)> probe;
     std::vector<int64_t> probe_m;
     std::string size_str(int size) const { return size_strs.empty() ? what : size_strs[size_t(size)]; }
     std::vector<std::string> size_strs;
@@ -422,12 +423,18 @@ void case_builder::matmul_cases() {
             append_f32(be, g.out, r);
             return r;
         };
-        // Selection at the real shape [M, n_in] x [n_out, n_in] (shape-only args: kernels' accepts()
-        // read shapes and dtypes, never data).
-        k.probe = [=](int64_t m, const launch_fn& select) {
+        // Selection at the real shape [M, n_in] x [n_out, n_in] with the whole weight prepared for
+        // the backend (a kernel's accepts() may check the prepared layout); x and out are shape-only
+        // (accepts() reads their shapes and dtypes, never their data). Prepared once per case.
+        auto prepared = std::make_shared<std::unique_ptr<linear_weight>>();
+        k.probe = [=](backend& be, int64_t m, const launch_fn& select) {
+            if (!*prepared) *prepared = std::make_unique<linear_weight>(be.prepare_linear(host));
+            const linear_weight& pw = **prepared;
             matmul_args g;
             g.act = a, g.x.type = a, g.x.shape = {m, host.n_in}, g.out.type = a, g.out.shape = {m, host.n_out};
-            g.w = &host, g.m = m, g.n = host.n_out, g.k = host.n_in, g.align = 256;
+            g.x.device = g.out.device = be.device().kind;
+            g.w = &pw, g.m = m, g.n = host.n_out, g.k = host.n_in;
+            g.align = ptr_align({pw.kind == linear_kind::DENSE ? &pw.dense : &pw.codes});
             select(g);
         };
         for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
@@ -526,7 +533,7 @@ struct tester {
             return out;
         }
         for (int64_t m : k.probe_m)
-            k.probe(m, [&](op_args& a) { out.push_back({"M " + std::to_string(m), &reg.select(k.op, dev, a)}); });
+            k.probe(be, m, [&](op_args& a) { out.push_back({"M " + std::to_string(m), &reg.select(k.op, dev, a)}); });
         return out;
     }
 
