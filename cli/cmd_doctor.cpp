@@ -29,6 +29,7 @@ using json = nlohmann::ordered_json;
 
 struct doctor_args {
     std::string model;
+    std::string device = "auto";  // auto (CUDA device 0 when there is one) | cpu | cuda
     bool json = false;
 };
 
@@ -254,7 +255,8 @@ int run_doctor(const doctor_args& a) {
 #else
                   {"fault_injection", false}};
 #endif
-    std::unique_ptr<backend> be = cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend();
+    bool cuda = a.device == "cuda" || (a.device == "auto" && cuda_device_count() > 0);
+    std::unique_ptr<backend> be = cuda ? make_cuda_backend(0) : make_cpu_backend();
     j["device"] = device_json(*be);
     model_config c;
     model_weights w;
@@ -289,6 +291,8 @@ void register_doctor(CLI::App& app) {
     auto a = std::make_shared<doctor_args>();
     auto* cmd = app.add_subcommand("doctor", "check this machine and build: device, kernels, self-test (and a model)");
     cmd->add_option("model", a->model, "HF model directory: self-test on its shapes and weights, show its checkpoint");
+    cmd->add_option("--device", a->device, "backend to check: auto (a GPU when there is one), cpu, cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_flag("--json", a->json, "print JSON instead of text");
     cmd->callback([a] {
         if (run_doctor(*a) != 0)
