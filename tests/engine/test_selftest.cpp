@@ -103,6 +103,31 @@ TEST_F(selftest, synthetic_model_passes_with_the_real_kernels) {
     EXPECT_EQ(plain, 4);  // 256x256, 128x256, 512x256, 256x512
 }
 
+// W4A4 (quant_algo NVFP4: activation global scales present): the matmuls run as matmul_nvfp4_w4a4
+// and the activation quantizer gets its own bit-exact case.
+TEST_F(selftest, w4a4_model_tests_the_activation_quantizer) {
+    model_config c;
+    model_weights w;
+    make_selftest_model(c, w);
+    w.quant_algo = "NVFP4";
+    for (auto& kv : w.linears) {
+        kv.second.has_input_scale = true;
+        kv.second.input_global_quant = 448.0f * 6.0f / 4.0f;  // amax 4 maps to the top of e4m3·e2m1
+        kv.second.input_scale = 1.0f / kv.second.input_global_quant;
+    }
+    auto be = make_cpu_backend();
+    selftest_report r = run_selftest(c, w, *be, selftest_options{});
+    const selftest_choice* q = choice_of(r, "quantize_nvfp4_act n=256");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->kernel, "quantize_nvfp4_act_cpu");
+    EXPECT_TRUE(has(q->reason, "self-test NMSE 0 <= 0")) << q->reason;  // bit-exact
+    const selftest_choice* down = choice_of(r, "linear nvfp4 256x512");
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->op, "matmul_nvfp4_w4a4");
+    EXPECT_EQ(down->kernel, fast("matmul_nvfp4_w4a4"));
+    for (const auto& res : r.results) EXPECT_TRUE(res.passed) << res.kernel << ": " << res.error;
+}
+
 TEST_F(selftest, tiny_checkpoint_loads_with_one_line_per_layer_class) {
     std::string dir = tiny_model_dir();
     load_options lo;
