@@ -44,10 +44,14 @@ bool get_bool(const json& j, const char* key, const std::string& path, bool def)
 }
 
 void parse_rope(const json& j, const std::string& path, rope_config* rope) {
-    rope->theta = get_float(j, "rope_theta", path, 10000.0f);
-    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
-    const json& s = j["rope_scaling"];
-    TETRA_CHECK(s.is_object(), "%s: field 'rope_scaling' must be an object or null", path.c_str());
+    // transformers >= 5 writes rope_parameters {rope_theta, rope_type, factor, ...} instead of
+    // rope_theta + rope_scaling; reading only the old keys would silently run theta 10000.
+    bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();
+    rope->theta = get_float(v5 ? j["rope_parameters"] : j, "rope_theta", path, get_float(j, "rope_theta", path, 10000.0f));
+    const char* key = v5 ? "rope_parameters" : "rope_scaling";
+    if (!j.contains(key) || j[key].is_null()) return;
+    const json& s = j[key];
+    TETRA_CHECK(s.is_object(), "%s: field '%s' must be an object or null", path.c_str(), key);
     std::string type = s.value("rope_type", s.value("type", std::string()));
     if (type == "default" || type.empty()) return;
     TETRA_CHECK(type == "llama3", "%s: rope_scaling type '%s' is not supported (supported: llama3, default)",

@@ -68,3 +68,13 @@ TEST(model_config, errors_name_file_and_field) {
         "num_attention_heads":4,"num_hidden_layers":1,"vocab_size":1,"rope_scaling":{"rope_type":"yarn"}})");
     EXPECT_NE(e.find("rope_scaling type 'yarn'"), std::string::npos);
 }
+
+TEST(model_config, transformers5_rope_parameters) {
+    auto c = parse_model_config(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
+        "num_attention_heads":4,"num_hidden_layers":1,"vocab_size":32,
+        "rope_parameters":{"rope_theta":500000.0,"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,
+        "high_freq_factor":4.0,"original_max_position_embeddings":8192}})", "x");
+    EXPECT_FLOAT_EQ(c.rope.theta, 500000.0f);
+    EXPECT_EQ(c.rope.type, "llama3");
+    EXPECT_FLOAT_EQ(c.rope.factor, 32.0f);
+}
