@@ -13,10 +13,16 @@ namespace tetra {
 
 namespace {
 
+// Work sharing: a region is split into one fixed chunk per thread (so ranges, and any reduction
+// inside a range, depend only on (n, threads)), but chunks are claimed from a shared counter, so
+// whoever is running takes the next unstarted chunk. On an oversubscribed machine a descheduled
+// worker then costs nothing: the caller does its chunk instead of waiting for it to wake.
+// The counter holds (generation << 32 | next chunk) so a worker that wakes late cannot claim a
+// chunk of a later region with a stale view.
 class pool {
   public:
     explicit pool(int n) : n_threads_(n < 1 ? 1 : n) {
-        for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { work(i); });
+        for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { work(); });
     }
     ~pool() {
         {
@@ -33,24 +39,49 @@ class pool {
         std::unique_lock<std::mutex> run_lk(run_mu_);  // one parallel region at a time
         fn_ = &fn;
         n_ = n;
+        const int chunks = int(n < n_threads_ ? n : n_threads_);
+        chunks_.store(chunks, std::memory_order_relaxed);
+        done_.store(0, std::memory_order_relaxed);
+        uint32_t gen;
         {
             std::lock_guard<std::mutex> lk(mu_);
-            pending_ = n_threads_ - 1;
-            ++generation_;
+            gen = uint32_t(++generation_);
+            claim_.store(uint64_t(gen) << 32, std::memory_order_release);
         }
         cv_.notify_all();
-        chunk(0);
-        std::unique_lock<std::mutex> lk(mu_);
-        done_cv_.wait(lk, [this] { return pending_ == 0; });
+        while (help(gen)) {
+        }
+        // Every chunk is claimed; wait for those taken by workers.
+        for (int spin = 0; spin < 64 && done_.load(std::memory_order_acquire) != chunks; ++spin)
+            std::this_thread::yield();
+        if (done_.load(std::memory_order_acquire) != chunks) {
+            std::unique_lock<std::mutex> lk(mu_);
+            done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == chunks; });
+        }
     }
 
   private:
-    void chunk(int i) {
-        int64_t per = (n_ + n_threads_ - 1) / n_threads_;
-        int64_t b = per * i, e = b + per < n_ ? b + per : n_;
-        if (b < e) (*fn_)(b, e);
+    // Claims and runs one chunk of region `gen`; false when none is left (or the region is over).
+    bool help(uint32_t gen) {
+        uint64_t cur = claim_.load(std::memory_order_acquire);
+        for (;;) {
+            if (uint32_t(cur >> 32) != gen) return false;
+            int idx = int(uint32_t(cur));
+            const int chunks = chunks_.load(std::memory_order_relaxed);
+            if (idx >= chunks) return false;
+            if (claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) {
+                int64_t per = (n_ + chunks - 1) / chunks;
+                int64_t b = per * idx, e = b + per < n_ ? b + per : n_;
+                if (b < e) (*fn_)(b, e);
+                if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+                    std::lock_guard<std::mutex> lk(mu_);
+                    done_cv_.notify_one();
+                }
+                return true;
+            }
+        }
     }
-    void work(int i) {
+    void work() {
         uint64_t seen = 0;
         for (;;) {
             {
@@ -59,9 +90,8 @@ class pool {
                 seen = generation_;
                 if (stop_) return;
             }
-            chunk(i);
-            std::lock_guard<std::mutex> lk(mu_);
-            if (--pending_ == 0) done_cv_.notify_one();
+            while (help(uint32_t(seen))) {
+            }
         }
     }
 
@@ -70,8 +100,10 @@ class pool {
     std::mutex mu_, run_mu_;
     std::condition_variable cv_, done_cv_;
     uint64_t generation_ = 0;
-    int pending_ = 0;
     bool stop_ = false;
+    std::atomic<uint64_t> claim_{0};
+    std::atomic<int> done_{0};
+    std::atomic<int> chunks_{0};
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0;
 };

@@ -1,5 +1,6 @@
 // A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into
-// contiguous chunks, one per thread; the calling thread takes part. Nested calls run serially.
+// contiguous chunks, one per thread; chunks are claimed by whichever thread is running (the caller
+// included), so a descheduled worker does not stall the region. Nested calls run serially.
 #pragma once
 #include <cstdint>
 #include <functional>
