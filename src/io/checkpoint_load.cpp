@@ -1,10 +1,12 @@
 // load_checkpoint: safetensors tensors → model_weights. Quantized linears are found by their marker
 // tensor (ModelOpt `<m>.weight_scale`, compressed-tensors `<m>.weight_packed`), validated against
 // the config and their siblings (§3.2, §4.2), and kept as zero-copy views of the mapping. Every
-// other tensor goes to model_weights::tensors unchanged. Fused groups keep per-module scales.
+// other tensor goes to model_weights::tensors unchanged, unless it is a second form of a quantized
+// module or a quantization tensor of the other format (a load error). Fused groups keep per-module scales.
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -121,6 +123,44 @@ void check_dense(const safetensors_model& st, const checkpoint_config& c) {
     }
 }
 
+// A quantized checkpoint's tensors that no module consumed must not hold a second form of a module
+// or a quantization tensor of the other format: either would be silently ignored (issue 6 point 6).
+// c.format is "modelopt" or "compressed-tensors".
+void check_leftovers(const safetensors_model& st, const checkpoint_config& c, const model_weights& w,
+                     const std::set<std::string>& used) {
+    const bool mo = c.format == "modelopt";
+    // Suffixes that only the other format writes (its codes, global and activation scales).
+    const std::vector<std::string> foreign = mo ? std::vector<std::string>{".weight_packed", ".weight_global_scale",
+                                                                           ".input_global_scale"}
+                                                : std::vector<std::string>{".weight_scale_2", ".input_scale"};
+    for (const std::string& n : st.names()) {
+        if (used.count(n)) continue;
+        const st_tensor_info* t = st.find(n);
+        if (!mo && ends_with(n, ".weight") && w.linears.count(n.substr(0, n.size() - 7))) {
+            const std::string m = n.substr(0, n.size() - 7);
+            TETRA_FAIL("checkpoint %s: module '%s' is stored twice: packed NVFP4 ('%s.weight_packed') and as tensor "
+                       "'%s' (%s %s); expected only the packed form (%s is %s %s)",
+                       st.dir().c_str(), m.c_str(), m.c_str(), n.c_str(), st_name(t->type),
+                       shape_str(t->shape).c_str(), c.source.c_str(), c.format.c_str(), c.quant_algo.c_str());
+        }
+        if (mo && ends_with(n, ".weight") && t->type == dtype::U8)
+            TETRA_FAIL("checkpoint %s: tensor '%s' is U8 %s (packed NVFP4 codes) but '%s_scale' is missing; expected "
+                       "a dense BF16/F16/F32 weight or a complete NVFP4 module", st.dir().c_str(), n.c_str(),
+                       shape_str(t->shape).c_str(), n.c_str());
+        for (const std::string& suf : foreign) {
+            if (!ends_with(n, suf)) continue;
+            const std::string m = n.substr(0, n.size() - suf.size());
+            TETRA_FAIL("checkpoint %s: tensor '%s' (%s %s) is a %s tensor, but %s declares %s %s%s; expected no "
+                       "such tensor", st.dir().c_str(), n.c_str(), st_name(t->type), shape_str(t->shape).c_str(),
+                       mo ? "compressed-tensors" : "ModelOpt", c.source.c_str(), c.format.c_str(),
+                       c.quant_algo.c_str(),
+                       w.linears.count(m) ? strfmt(" and module '%s' is already loaded from its %s tensors", m.c_str(),
+                                                   c.format.c_str()).c_str()
+                                          : "");
+        }
+    }
+}
+
 }  // namespace
 
 model_weights load_checkpoint(const std::string& dir) {
@@ -155,6 +195,7 @@ model_weights load_checkpoint(const std::string& dir) {
         }
         TETRA_CHECK(!w.linears.empty(), "checkpoint %s: %s declares %s %s but no tensor ends in '%s'", dir.c_str(),
                     c.source.c_str(), c.format.c_str(), c.quant_algo.c_str(), marker.c_str());
+        check_leftovers(st, c, w, used);
     }
     for (const std::string& n : st.names())
         if (!used.count(n)) w.tensors[n] = st.get(n);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/llm_engine.h"
+#include "engine/output_guard.h"
 
 namespace tetra {
 
@@ -150,6 +151,12 @@ std::string server_metrics::render(const engine_stats& st, const std::string& mo
     const std::pair<const char*, int64_t> reasons[] = {
         {"stop", st.finished_stop}, {"length", st.finished_length}, {"abort", st.finished_abort}, {"error", st.finished_error}};
     for (const auto& [r, v] : reasons) s += n + "{" + l + ",finished_reason=\"" + r + "\"} " + prometheus_number(double(v)) + "\n";
+    // Process-wide counters of engine/output_guard (docs/no-silent-garbage.md §2), one sample per trip kind.
+    n = "tetra:output_guard_trips_total";
+    s += "# HELP " + n + " Requests failed by the output guard (NaN/Inf or degenerate logits, id-0 streaks).\n# TYPE " + n +
+         " counter\n";
+    for (guard_trip t : {guard_trip::NON_FINITE, guard_trip::ROW_IDENTICAL, guard_trip::COLLAPSED, guard_trip::ZERO_STREAK})
+        s += n + "{" + l + ",kind=\"" + guard_trip_name(t) + "\"} " + prometheus_number(double(output_guard::trips(t))) + "\n";
     std::lock_guard<std::mutex> lk(mu_);
     s += render_histogram("tetra:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, ttft_);
     s += render_histogram("tetra:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l, itl_);

@@ -3,7 +3,11 @@
 // HELP/TYPE/sample, floats as 1.0), with vLLM's names under the tetra: prefix.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "engine/llm_engine.h"
+#include "engine/output_guard.h"
 #include "server/metrics.h"
 
 using namespace tetra;
@@ -69,4 +73,34 @@ TEST(metrics, render_has_vllm_names_and_engine_values) {
         EXPECT_NE(s.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << s;
     }
     EXPECT_EQ(s.back(), '\n');
+}
+
+// tetra:output_guard_trips_total{kind}: one sample per trip kind, read from the process-wide guard
+// counters; a trip counted by the guard shows up at the next scrape.
+TEST(metrics, output_guard_trips_by_kind) {
+    server_metrics m;
+    engine_stats st;
+    auto sample = [&](const char* kind) {
+        std::string s = m.render(st, "smol");
+        std::string key = std::string("tetra:output_guard_trips_total{model_name=\"smol\",kind=\"") + kind + "\"} ";
+        size_t at = s.find(key);
+        EXPECT_NE(at, std::string::npos) << "missing: " << key << "\nin:\n" << s;
+        return at == std::string::npos ? -1.0 : std::stod(s.substr(at + key.size()));
+    };
+    std::string s = m.render(st, "smol");
+    EXPECT_NE(s.find("# TYPE tetra:output_guard_trips_total counter\n"), std::string::npos) << s;
+    double nan0 = sample("non_finite"), row0 = sample("row_identical"), col0 = sample("collapsed"),
+           zero0 = sample("zero_streak");
+    output_guard::count_trip(guard_trip::NON_FINITE);
+    output_guard::count_trip(guard_trip::NON_FINITE);
+    output_guard::count_trip(guard_trip::ZERO_STREAK);
+    EXPECT_EQ(sample("non_finite"), nan0 + 2);
+    EXPECT_EQ(sample("row_identical"), row0);
+    EXPECT_EQ(sample("collapsed"), col0);
+    EXPECT_EQ(sample("zero_streak"), zero0 + 1);
+    // A guard stopping a step counts the same way (what a request failed by the guard leaves behind).
+    output_guard g;
+    std::vector<float> logits(64, 0.5f);  // row-identical
+    EXPECT_THROW(g.check_step(logits.data(), 64, 1, "decode step 3"), output_guard_error);
+    EXPECT_EQ(sample("row_identical"), row0 + 1);
 }
