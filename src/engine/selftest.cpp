@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 
+#include "backend/moe.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -89,7 +90,8 @@ using launch_fn = std::function<void(op_args&)>;
 // fault is far above either: a broadcast row or a NaN ≈ 1..inf, one dropped scale block out of K/16
 // ≈ 16/K ≥ 1.1e-3 at K = 14336. Copies and codecs (get_rows, kv_store, cast, quantize) are bit-exact.
 double tolerance(const std::string& op, dtype act) {
-    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act") return 0.0;
+    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act" || op == "moe_permute")
+        return 0.0;
     return act == dtype::F32 ? 1e-8 : 1e-4;
 }
 
@@ -341,6 +343,8 @@ struct case_builder {
 
     void matmul_cases();
     void quantize_case(const linear_weight& lw, const std::string& module);
+    void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
+    void moe_matmul_case(const std::string& proj, int il);
 };
 
 const char* matmul_op(const linear_weight& lw, matmul_mode mode) {
@@ -367,10 +371,21 @@ linear_weight linear_rows(const linear_weight& lw, int64_t n) {
 void case_builder::matmul_cases() {
     struct cls { std::string module, name; int il; bool dense_ok; };
     std::vector<cls> classes;
-    for (int il = 0; il < int(c.n_layer); ++il)
-        for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
-            classes.push_back({"model.layers." + std::to_string(il) + "." + n, n, il, false});
+    for (int il = 0; il < int(c.n_layer); ++il) {
+        std::vector<std::pair<const char*, bool>> names = {
+            {"self_attn.q_proj", false}, {"self_attn.k_proj", false}, {"self_attn.v_proj", false},
+            {"self_attn.o_proj", false}};
+        if (!c.is_moe_layer(il)) {
+            names.insert(names.end(), {{"mlp.gate_proj", false}, {"mlp.up_proj", false}, {"mlp.down_proj", false}});
+        } else {  // routed experts run through moe_matmul (moe_cases); router and shared expert are matmuls
+            names.push_back({"mlp.gate", true});
+            if (c.n_ff_shexp > 0)
+                names.insert(names.end(), {{"mlp.shared_expert.gate_proj", false}, {"mlp.shared_expert.up_proj", false},
+                                           {"mlp.shared_expert.down_proj", false}, {"mlp.shared_expert_gate", true}});
+        }
+        for (const auto& n : names)
+            classes.push_back({"model.layers." + std::to_string(il) + "." + n.first, n.first, il, n.second});
+    }
     classes.push_back({c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", "lm_head", -1, true});
     std::map<std::string, size_t> by_key;             // (op, shape) → case index
     std::map<size_t, std::vector<std::string>> names;  // case index → its classes
@@ -472,6 +487,132 @@ void case_builder::quantize_case(const linear_weight& lw, const std::string& mod
     cases.push_back(k);
 }
 
+// ---- MoE (models with n_expert > 0): the four MoE ops on the first MoE layer's shapes ------------
+
+// Token t's k distinct experts: a deterministic scramble (t·5 + s·3 + s²) mod n_expert, skipping
+// repeats. ids: [n_tokens·k]
+std::vector<int32_t> moe_test_ids(int64_t n_tokens, int64_t k, int64_t ne) {
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t s = 0, e = t * 5; s < k; ++e) {
+            int32_t id = int32_t((e + s * 3 + s * s) % ne);
+            if (std::find(ids.end() - s, ids.end(), id) == ids.end()) ids.push_back(id), ++s;
+        }
+    return ids;
+}
+
+void case_builder::moe_cases() {
+    int il = -1;
+    for (int i = 0; i < int(c.n_layer) && il < 0; ++i)
+        if (c.is_moe_layer(i)) il = i;
+    if (il < 0) return;
+    const int64_t ne = c.n_expert, k = c.n_expert_used, nt = 5, n = c.n_embd;
+    const bool norm = c.norm_topk_prob, shared = c.n_ff_shexp > 0;
+    dtype a = act;
+    op_case r;
+    r.op = "moe_route";
+    r.label = strfmt("moe_route %lld experts top %lld", (long long)ne, (long long)k);
+    r.what = strfmt("moe_route logits[%lld, %lld] %s (|x| ≤ 4), k %lld%s", (long long)nt, (long long)ne, dtype_name(a),
+                    (long long)k, norm ? ", renormalized" : "");
+    r.tol = tolerance(r.op, a);
+    r.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_route_args g;
+        g.act = a, g.logits = be.upload(host_random(a, {nt, ne}, 91, 4.0f));
+        g.topk_ids = be.alloc(dtype::I32, {nt, k}), g.topk_weights = be.alloc(dtype::F32, {nt, k});
+        g.n_tokens = nt, g.n_expert = ne, g.k = k, g.norm_topk_prob = norm;
+        g.align = ptr_align({&g.logits, &g.topk_ids, &g.topk_weights});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.topk_ids, out), append_f32(be, g.topk_weights, out);
+        return out;
+    };
+    cases.push_back(r);
+    op_case p = r;
+    p.op = "moe_permute";
+    p.label = strfmt("moe_permute %lld experts top %lld", (long long)ne, (long long)k);
+    p.what = strfmt("moe_permute %lld tokens × %lld of %lld experts", (long long)nt, (long long)k, (long long)ne);
+    p.tol = 0;
+    std::vector<int32_t> ids = moe_test_ids(nt, k, ne);
+    p.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_permute_args g;
+        g.act = dtype::I32, g.topk_ids = be.upload(host_i32(ids, {nt, k}));
+        g.expert_counts = be.alloc(dtype::I32, {ne}), g.expert_offsets = be.alloc(dtype::I32, {ne + 1});
+        g.sorted_tokens = be.alloc(dtype::I32, {nt * k}), g.dest_rows = be.alloc(dtype::I32, {nt, k});
+        g.n_tokens = nt, g.n_expert = ne, g.k = k;
+        g.align = ptr_align({&g.topk_ids, &g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows});
+        launch(g);
+        std::vector<float> out;
+        for (const tensor* t : {&g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows}) append_f32(be, *t, out);
+        return out;
+    };
+    cases.push_back(p);
+    op_case m = r;
+    m.op = "moe_combine";
+    m.label = strfmt("moe_combine n=%lld top %lld%s", (long long)n, (long long)k, shared ? " + shared expert" : "");
+    m.what = strfmt("moe_combine y[%lld, %lld] %s → %lld tokens%s", (long long)(nt * k + 2), (long long)n,
+                    dtype_name(a), (long long)nt, shared ? ", gated shared expert" : "");
+    m.tol = tolerance(m.op, a);
+    m.run = [=](backend& be, int, const launch_fn& launch) {
+        std::vector<int32_t> dest;
+        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * 7 + 1) % (nt * k + 2)));
+        moe_combine_args g;
+        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, 92));
+        g.dest_rows = be.upload(host_i32(dest, {nt, k}));
+        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, 93));
+        g.out = be.alloc(a, {nt, n});
+        if (shared) g.shared = be.upload(host_random(a, {nt, n}, 94)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 95, 3.0f));
+        g.n_tokens = nt, g.k = k, g.n = n;
+        g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.out, out);
+        return out;
+    };
+    cases.push_back(m);
+    for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
+}
+
+// Experts 0..min(n_expert, 4)-1 of layer il (rows [0, min(n_out, 64)) each), 7 rows split over
+// them with expert 1 empty: the grouped matmul the forward launches, on the real weights.
+void case_builder::moe_matmul_case(const std::string& proj, int il) {
+    const int64_t n_ex = std::min<int64_t>(c.n_expert, 4), m = 7;
+    std::vector<linear_weight> host;
+    for (int64_t e = 0; e < n_ex; ++e)
+        host.push_back(w.linear(strfmt("model.layers.%d.mlp.experts.%lld.%s", il, (long long)e, proj.c_str())));
+    const linear_weight& w0 = host[0];
+    int64_t rows = std::min<int64_t>(w0.n_out, 64), k_in = w0.n_in;
+    static const int32_t k_offsets[4][5] = {{0, 7}, {0, 3, 7}, {0, 3, 3, 7}, {0, 3, 3, 5, 7}};
+    std::vector<int32_t> offs(k_offsets[n_ex - 1], k_offsets[n_ex - 1] + n_ex + 1);
+    std::string offs_str;
+    for (int32_t o : offs) offs_str += (offs_str.empty() ? "" : ", ") + std::to_string(o);
+    op_case k;
+    k.op = std::string("moe_") + matmul_op(w0, mode);
+    std::string kind = w0.kind == linear_kind::DENSE ? std::string("dense ") + dtype_name(w0.dense.type) : "nvfp4";
+    k.label = strfmt("experts %s %lldx%lld", kind.c_str(), (long long)w0.n_out, (long long)k_in);
+    k.classes = "mlp.experts." + proj;
+    k.what = strfmt("%s (experts 0..%lld of layer %d, rows [0, %lld)): M=%lld, offsets {%s}, N=%lld K=%lld %s",
+                    k.op.c_str(), (long long)(n_ex - 1), il, (long long)rows, (long long)m, offs_str.c_str(),
+                    (long long)rows, (long long)k_in, dtype_name(act));
+    k.tol = tolerance(k.op, act);
+    float xs = w0.has_input_scale && w0.input_global_quant > 0 ? 384.0f / w0.input_global_quant : 1.0f;
+    dtype a = act;
+    k.run = [=](backend& be, int, const launch_fn& launch) {
+        std::vector<linear_weight> pw;
+        for (const linear_weight& h : host) pw.push_back(be.prepare_linear(linear_rows(h, rows)));
+        moe_matmul_args g;
+        g.act = a, g.x = be.upload(host_random(a, {m, k_in}, 96, xs)), g.out = be.alloc(a, {m, rows});
+        g.expert_offsets = be.upload(host_i32(offs, {n_ex + 1}));
+        g.experts = &pw, g.n_rows = m, g.n = rows, g.k = k_in;
+        const tensor& wt = pw[0].kind == linear_kind::DENSE ? pw[0].dense : pw[0].codes;
+        g.align = ptr_align({&g.x, &g.out, &wt});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.out, out);
+        return out;
+    };
+    cases.push_back(k);
+}
+
 std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype act, const selftest_options& o) {
     case_builder b{c, w, act, std::max<int64_t>(1, o.max_tokens), o.mode, {}};
     b.get_rows_cases();
@@ -482,6 +623,7 @@ std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype 
     b.rope_case();
     b.kv_cases();
     b.elementwise_cases();
+    b.moe_cases();
     return std::move(b.cases);
 }
 

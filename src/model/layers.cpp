@@ -57,6 +57,7 @@ class dense_decoder final : public causal_lm {
             rp.original_max_position_embeddings = c.rope.original_max_position;
         }
         inv_freq_ = be.upload(rope_inv_freq(rp, c.head_dim));
+        if (c.n_expert > 0) moe_ = std::make_unique<moe_ffn>(c, be, n, act_);
         (void)kv_dim;
     }
 
@@ -95,10 +96,14 @@ class dense_decoder final : public causal_lm {
             be_.matmul(attn, L.o, proj, mode_);
             be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
             tap("ffn_norm", il, h);
-            be_.matmul(h, L.gate, gate, mode_);
-            be_.matmul(h, L.up, up, mode_);
-            be_.silu_mul(gate, up, gate);
-            be_.matmul(gate, L.down, proj, mode_);
+            if (L.moe) {
+                moe_->forward(*L.moe, h, proj, mode_);
+            } else {
+                be_.matmul(h, L.gate, gate, mode_);
+                be_.matmul(h, L.up, up, mode_);
+                be_.silu_mul(gate, up, gate);
+                be_.matmul(gate, L.down, proj, mode_);
+            }
             tap("ffn_out", il, proj);
         }
         be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
@@ -118,6 +123,7 @@ class dense_decoder final : public causal_lm {
     decoder_weights w_;
     matmul_mode mode_;
     tensor residual_, h_, q_, k_, v_, attn_, proj_, gate_, up_, last_, logits_, logits_view_, inv_freq_;
+    std::unique_ptr<moe_ffn> moe_;  // buffers of the MoE layers (models with n_expert > 0)
 };
 
 }  // namespace
@@ -142,9 +148,13 @@ decoder_weights load_decoder_weights(const model_config& c, model_weights& w, ba
         L.k = load_linear(w, be, p + "self_attn.k_proj", kv_dim, c.n_embd);
         L.v = load_linear(w, be, p + "self_attn.v_proj", kv_dim, c.n_embd);
         L.o = load_linear(w, be, p + "self_attn.o_proj", c.n_embd, q_dim);
-        L.gate = load_linear(w, be, p + "mlp.gate_proj", c.n_ff, c.n_embd);
-        L.up = load_linear(w, be, p + "mlp.up_proj", c.n_ff, c.n_embd);
-        L.down = load_linear(w, be, p + "mlp.down_proj", c.n_embd, c.n_ff);
+        if (c.is_moe_layer(il)) {
+            L.moe = std::make_shared<const moe_layer_weights>(load_moe_layer(c, w, be, p));
+        } else {
+            L.gate = load_linear(w, be, p + "mlp.gate_proj", c.n_ff, c.n_embd);
+            L.up = load_linear(w, be, p + "mlp.up_proj", c.n_ff, c.n_embd);
+            L.down = load_linear(w, be, p + "mlp.down_proj", c.n_embd, c.n_ff);
+        }
         d.layers.push_back(std::move(L));
         if (progress) progress(il + 1, c.n_layer);
     }

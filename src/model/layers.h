@@ -1,11 +1,14 @@
-// Shared blocks of the dense decoder-only transformers (Llama, Qwen3): pre-norm attention with
-// GQA + RoPE (+ optional per-head qk-norm) and a SwiGLU MLP. Architecture files only say which
-// tensors exist and which flags apply; the forward lives here, written once.
+// Shared blocks of the decoder-only transformers (Llama, Qwen3, Qwen3-MoE): pre-norm attention with
+// GQA + RoPE (+ optional per-head qk-norm) and a SwiGLU MLP or a sparse MoE block (moe.h).
+// Architecture files only say which tensors exist and which flags apply; the forward lives here,
+// written once.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
+#include "model/moe.h"
 
 namespace tetra {
 
@@ -13,7 +16,8 @@ struct decoder_layer_weights {
     tensor attn_norm, ffn_norm;   // [n_embd]
     tensor q_norm, k_norm;        // [head_dim] (qk-norm only)
     linear_weight q, k, v, o;     // [n_head·head_dim, n_embd], [n_head_kv·head_dim, n_embd] ×2, [n_embd, n_head·head_dim]
-    linear_weight gate, up, down; // [n_ff, n_embd] ×2, [n_embd, n_ff]
+    linear_weight gate, up, down; // [n_ff, n_embd] ×2, [n_embd, n_ff] (dense FFN layers)
+    std::shared_ptr<const moe_layer_weights> moe;  // MoE layers (model_config::is_moe_layer): replaces gate/up/down
 };
 
 struct decoder_weights {

@@ -7,11 +7,14 @@ namespace tetra {
 
 std::unique_ptr<causal_lm> create_llama(const model_config& c, model_weights& w, backend& be, const model_options& opt);
 std::unique_ptr<causal_lm> create_qwen3(const model_config& c, model_weights& w, backend& be, const model_options& opt);
+std::unique_ptr<causal_lm> create_qwen3_moe(const model_config& c, model_weights& w, backend& be,
+                                            const model_options& opt);
 
 std::unique_ptr<causal_lm> create_model(const model_config& c, model_weights& w, backend& be, const model_options& opt) {
     TETRA_CHECK(opt.max_tokens >= 1, "create_model: max_tokens must be >= 1, got %lld", (long long)opt.max_tokens);
     if (c.architecture == "LlamaForCausalLM") return create_llama(c, w, be, opt);
     if (c.architecture == "Qwen3ForCausalLM") return create_qwen3(c, w, be, opt);
+    if (c.architecture == "Qwen3MoeForCausalLM") return create_qwen3_moe(c, w, be, opt);
     TETRA_FAIL("%s: no forward for architecture '%s'", c.path.c_str(), c.architecture.c_str());
 }
 

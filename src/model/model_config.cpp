@@ -11,7 +11,7 @@ namespace tetra {
 using json = nlohmann::json;
 
 const std::vector<std::string>& supported_architectures() {
-    static const std::vector<std::string> k = {"LlamaForCausalLM", "Qwen3ForCausalLM"};
+    static const std::vector<std::string> k = {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"};
     return k;
 }
 
@@ -61,6 +61,39 @@ void parse_rope(const json& j, const std::string& path, rope_config* rope) {
     rope->low_freq_factor = get_float(s, "low_freq_factor", path + " rope_scaling", 1.0f);
     rope->high_freq_factor = get_float(s, "high_freq_factor", path + " rope_scaling", 4.0f);
     rope->original_max_position = get_int(s, "original_max_position_embeddings", path + " rope_scaling", 8192, false);
+}
+
+// A non-negative integer field (0 allowed, unlike get_int).
+int64_t get_count(const json& j, const char* key, const std::string& path, int64_t def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    TETRA_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() >= 0,
+                "%s: field '%s' must be a non-negative integer, got %s", path.c_str(), key, j[key].dump().c_str());
+    return j[key].get<int64_t>();
+}
+
+// The MoE fields of Qwen3MoeForCausalLM (HF Qwen3MoeConfig names and defaults; docs/moe.md).
+void parse_moe(const json& j, const std::string& path, model_config* c) {
+    c->n_expert = get_count(j, "num_experts", path, get_count(j, "num_local_experts", path, 128));
+    c->n_expert_used = get_count(j, "num_experts_per_tok", path, 8);
+    c->n_ff_exp = get_count(j, "moe_intermediate_size", path, 768);
+    c->n_ff_shexp = get_count(j, "shared_expert_intermediate_size", path, 0);
+    c->norm_topk_prob = get_bool(j, "norm_topk_prob", path, false);
+    c->decoder_sparse_step = get_int(j, "decoder_sparse_step", path, 1, false);
+    if (c->n_expert > 0)
+        TETRA_CHECK(c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert && c->n_ff_exp >= 1,
+                    "%s: num_experts_per_tok %lld must be in [1, num_experts = %lld] and moe_intermediate_size %lld "
+                    "must be >= 1",
+                    path.c_str(), (long long)c->n_expert_used, (long long)c->n_expert, (long long)c->n_ff_exp);
+    if (!j.contains("mlp_only_layers") || j["mlp_only_layers"].is_null()) return;
+    const json& m = j["mlp_only_layers"];
+    TETRA_CHECK(m.is_array(), "%s: field 'mlp_only_layers' must be a list of layer indices, got %s", path.c_str(),
+                m.dump().c_str());
+    for (const auto& x : m) {
+        TETRA_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < c->n_layer,
+                    "%s: mlp_only_layers entry %s is not a layer index in [0, %lld)", path.c_str(), x.dump().c_str(),
+                    (long long)c->n_layer);
+        c->mlp_only_layers.push_back(x.get<int64_t>());
+    }
 }
 
 void parse_eos(const json& j, model_config* c) {
@@ -119,7 +152,8 @@ model_config parse_model_config(const std::string& text, const std::string& path
     c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", path, false);
     bool qwen2 = c.architecture == "Qwen2ForCausalLM";
     c.attention_bias = qwen2 || get_bool(j, "attention_bias", path, false);
-    c.qk_norm = c.architecture == "Qwen3ForCausalLM";
+    c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
+    if (c.architecture == "Qwen3MoeForCausalLM") parse_moe(j, path, &c);
     std::string act = j.value("hidden_act", std::string("silu"));
     TETRA_CHECK(act == "silu", "%s: hidden_act '%s' is not supported (supported: silu)", path.c_str(), act.c_str());
     c.torch_dtype = j.value("torch_dtype", j.value("dtype", std::string()));
@@ -136,11 +170,23 @@ model_config load_model_config(const std::string& dir) {
     return parse_model_config(ss.str(), path);
 }
 
+bool model_config::is_moe_layer(int64_t il) const {
+    if (n_expert <= 0 || (il + 1) % decoder_sparse_step != 0) return false;
+    for (int64_t m : mlp_only_layers)
+        if (m == il) return false;
+    return true;
+}
+
 std::string model_config::summary() const {
-    return strfmt("%s: %lld layers, n_embd %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, n_vocab %lld%s",
+    std::string moe;
+    if (n_expert > 0)
+        moe = strfmt(", %lld experts (top %lld%s), n_ff_exp %lld%s", (long long)n_expert, (long long)n_expert_used,
+                     norm_topk_prob ? ", renormalized" : "", (long long)n_ff_exp,
+                     n_ff_shexp > 0 ? strfmt(", shared expert n_ff %lld", (long long)n_ff_shexp).c_str() : "");
+    return strfmt("%s: %lld layers, n_embd %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, n_vocab %lld%s%s",
                   architecture.c_str(), (long long)n_layer, (long long)n_embd, (long long)n_ff, (long long)n_head,
                   (long long)n_head_kv, (long long)head_dim, (long long)n_vocab,
-                  tie_word_embeddings ? ", tied embeddings" : "");
+                  tie_word_embeddings ? ", tied embeddings" : "", moe.c_str());
 }
 
 }  // namespace tetra

@@ -1,5 +1,5 @@
 // model_config: the architecture hyper-parameters read from an HF config.json, validated once.
-// Supported architectures: LlamaForCausalLM, Qwen3ForCausalLM (Qwen2 needs q/k/v biases: not yet). Errors name the
+// Supported architectures: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (Qwen2 needs q/k/v biases: not yet). Errors name the
 // file and the field with expected vs actual.
 #pragma once
 #include <cstdint>
@@ -31,6 +31,15 @@ struct model_config {
     std::vector<int32_t> eos_token_ids;  // from config.json (generation_config.json may add more)
     int32_t bos_token_id = -1;
     std::string torch_dtype;
+    // Mixture of experts (Qwen3MoeForCausalLM, docs/moe.md); n_expert == 0 for dense models.
+    int64_t n_expert = 0;               // num_experts (or num_local_experts)
+    int64_t n_expert_used = 0;          // num_experts_per_tok (top-k)
+    int64_t n_ff_exp = 0;               // moe_intermediate_size (per routed expert)
+    int64_t n_ff_shexp = 0;             // shared_expert_intermediate_size; 0 = no shared expert
+    bool norm_topk_prob = false;        // renormalize the top-k router probabilities (HF default false)
+    int64_t decoder_sparse_step = 1;    // layer il is MoE when (il + 1) % step == 0 ...
+    std::vector<int64_t> mlp_only_layers;  // ... and il is not listed here (HF Qwen3MoeDecoderLayer)
+    bool is_moe_layer(int64_t il) const;
 
     std::string summary() const;  // one line: arch, layers, dims
 };

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/moe.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
 
@@ -27,6 +28,7 @@ void register_kernels(kernel_registry& r) {
     register_argmax(r);
     register_cast(r);
     register_quantize_nvfp4_act(r);
+    register_moe_kernels(r);  // moe_register.cpp
 }
 
 namespace {

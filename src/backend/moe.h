@@ -1,0 +1,87 @@
+// Mixture-of-experts ops (docs/moe.md): router top-k, token → expert permutation, grouped matmul
+// over experts, weighted combine. Free functions on `backend&` that validate shapes/dtypes once and
+// dispatch through the kernel registry exactly as backend.h's ops do. Designed for a device
+// implementation with no host sync: counts/offsets/permutation are computed by kernels into device
+// tensors; the only host-side sizes are bounds known before the step (n_tokens·k rows).
+// Determinism: every output row depends only on its own token's inputs, summed in a fixed order.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+
+namespace tetra {
+
+// ---- ops -------------------------------------------------------------------------------------------
+// Router: per token p = softmax(logits) in f32 (max-subtracted, Σ in expert order), then the k
+// largest p (ties → lower expert index), in descending order of p; with norm_topk_prob each
+// selected p is divided by their sum (f32, summed in slot order), as HF Qwen3MoeTopKRouter.
+// logits: [n_tokens, n_expert] act; topk_ids: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k]
+void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
+               const tensor& topk_weights);
+
+// Permutation: the n_tokens·k (token, slot) assignments grouped by expert, each group in ascending
+// (token, slot) order (a stable counting sort: the result does not depend on threading).
+//   expert_counts[e]  = assignments to expert e
+//   expert_offsets[e] = Σ_{e' < e} counts[e'] (expert_offsets[n_expert] = n_tokens·k)
+//   sorted_tokens[r]  = token of permuted row r (the ids for get_rows: the gather of x)
+//   dest_rows[t, s]   = permuted row of assignment (t, s) (what moe_combine reads)
+// An id outside [0, n_expert) is an error (CPU) / undefined (device).
+// topk_ids: i32 [n_tokens, k]; expert_counts: i32 [n_expert]; expert_offsets: i32 [n_expert + 1];
+// sorted_tokens: i32 [n_tokens·k]; dest_rows: i32 [n_tokens, k]
+void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
+                 const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows);
+
+// Grouped matmul: for every expert e, out[r] = x[r] · W_eᵀ for the rows r in
+// [expert_offsets[e], expert_offsets[e + 1]), with the dense matmul's semantics per mode (W4A16:
+// weights dequantized exactly; W4A4: activations fake-quantized with expert e's input_global_quant).
+// Every expert must have the same kind and shape [N, K]. A row's result does not depend on the
+// other rows (bit-identical alone or in any batch).
+// x: [n_rows, K] act; experts: n_expert linears [N, K] (prepared for this backend);
+// expert_offsets: i32 [n_expert + 1] (moe_permute's); out: [n_rows, N] act
+void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts,
+                const tensor& expert_offsets, const tensor& out, matmul_mode mode = matmul_mode::AUTO);
+
+// Combine: out[t] = Σ_{s = 0..k-1} topk_weights[t, s] · y[dest_rows[t, s]] (f32, ascending s; no
+// atomics), then + sigmoid(shared_gate[t]) · shared[t] when `shared` is given (the Qwen2-MoE /
+// Qwen3-Next shared expert; without shared_gate the shared row is added with weight 1).
+// y: [n_rows, n] act; dest_rows: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k];
+// out: [n_tokens, n] act; shared: [n_tokens, n] act or empty; shared_gate: [n_tokens, 1] act or empty
+void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights,
+                 const tensor& out, const tensor& shared = tensor(), const tensor& shared_gate = tensor());
+
+// ---- kernel arguments (registry op name in the comment; shapes as validated above) ----------------
+
+// "moe_route"
+struct moe_route_args : op_args {
+    tensor logits, topk_ids, topk_weights;
+    int64_t n_tokens = 0, n_expert = 0, k = 0;
+    bool norm_topk_prob = false;
+};
+
+// "moe_permute"
+struct moe_permute_args : op_args {
+    tensor topk_ids, expert_counts, expert_offsets, sorted_tokens, dest_rows;
+    int64_t n_tokens = 0, n_expert = 0, k = 0;
+};
+
+// "moe_matmul_dense" | "moe_matmul_nvfp4_w4a16" | "moe_matmul_nvfp4_w4a4"
+struct moe_matmul_args : op_args {
+    tensor x, expert_offsets, out;
+    const std::vector<linear_weight>* experts = nullptr;
+    int64_t n_rows = 0, n = 0, k = 0;
+};
+
+// "moe_combine"
+struct moe_combine_args : op_args {
+    tensor y, dest_rows, topk_weights, out, shared, shared_gate;  // shared/shared_gate: data null = none
+    int64_t n_tokens = 0, k = 0, n = 0;
+};
+
+namespace cpu {
+// Adds the CPU tables of the four MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.
+void register_moe_kernels(kernel_registry& r);
+}  // namespace cpu
+
+}  // namespace tetra

@@ -1,0 +1,43 @@
+// The sparse MoE feed-forward block of Qwen3-MoE (and, with a shared expert, Qwen2-MoE/Qwen3-Next):
+// router logits → top-k → permutation → gather → grouped gate/up/down → weighted combine
+// (+ sigmoid-gated shared expert). Used by the dense decoder (layers.cpp) for the layers where
+// model_config::is_moe_layer(il); the op sequence per step is fixed (no host sync, no allocation).
+// Ops: backend/moe.h. Config keys and checkpoint names: docs/moe.md.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/weights.h"
+#include "model/model_config.h"
+
+namespace tetra {
+
+struct moe_layer_weights {
+    linear_weight router;                       // mlp.gate: [n_expert, n_embd] (dense in every known checkpoint)
+    std::vector<linear_weight> gate, up, down;  // n_expert each: [n_ff_exp, n_embd] ×2, [n_embd, n_ff_exp]
+    bool has_shared = false;                    // n_ff_shexp > 0
+    linear_weight shared_gate, shared_up, shared_down;  // [n_ff_shexp, n_embd] ×2, [n_embd, n_ff_shexp]
+    linear_weight shared_expert_gate;                   // [1, n_embd] (dense)
+};
+
+// Reads "<prefix>mlp.gate", "<prefix>mlp.experts.<e>.{gate,up,down}_proj" and, with a shared expert,
+// "<prefix>mlp.shared_expert.{gate,up,down}_proj" and "<prefix>mlp.shared_expert_gate"; checks
+// shapes against the config and prepares them on the backend. prefix: "model.layers.<il>."
+moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backend& be, const std::string& prefix);
+
+// Buffers for max_tokens rows (allocated once) and the block's forward.
+class moe_ffn {
+  public:
+    moe_ffn(const model_config& c, backend& be, int64_t max_tokens, dtype act);
+    // h: [n_tokens, n_embd] act (the post-attention norm output); out: [n_tokens, n_embd] act
+    void forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode);
+
+  private:
+    model_config c_;
+    backend& be_;
+    tensor logits_, ids_, weights_, counts_, offsets_, sorted_, dest_, xs_, g_, u_, ys_;
+    tensor sh_g_, sh_u_, sh_y_, sh_gate_;
+};
+
+}  // namespace tetra
