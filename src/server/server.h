@@ -2,7 +2,7 @@
 // /v1/chat/completions, /v1/completions, /v1/models, /health, /ping, /metrics, /tokenize,
 // /detokenize, /version, with vLLM's wire format (serving.md §1). Every request is handled inside
 // its own try/catch: a bad request is a 4xx, an engine failure a 5xx, the server never dies on one.
-// A streaming client that disconnects has its request aborted (KV blocks freed).
+// A client that disconnects has its request aborted (KV blocks freed), streaming or not.
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -1,12 +1,14 @@
 // server/server_generate: POST /v1/chat/completions and /v1/completions — request → template →
 // tokens → engine request, then either one JSON response or an SSE stream (serving.md §1.6):
 // chat: role chunk per choice, content chunks, the last text riding with finish_reason, the
-// usage chunk when asked, `data: [DONE]`. A stream whose client went away is aborted in the engine.
+// usage chunk when asked, `data: [DONE]`. A request whose client went away is aborted in the engine:
+// a stream when a write fails, a non-streaming request when its connection's socket shows the hang-up.
 #include <cstring>
 #include <ctime>
 
 #include "core/log.h"
 #include "server/chat_output.h"
+#include "server/client_conn.h"
 #include "server/server_impl.h"
 
 namespace tetra {
@@ -113,11 +115,20 @@ void append_str(ojson& d, const char* key, const ojson& more) {
 
 // ---- non-streaming ----
 
-void wait_all(impl& s, gen_job& j) {
+// How often a waiting non-streaming request looks at its client's socket (one poll() call).
+constexpr double hangup_check_s = 0.1;
+
+// Collects every output; false when the client hung up first (the caller aborts the request).
+bool wait_all(impl& s, gen_job& j, const client_connection& conn) {
     request_output o;
+    double next_check = 0;
     while (true) {
-        if (!j.rs->next(o, 1.0)) {
-            if (j.rs->done()) return;
+        if (conn.found() && llm_engine::now() >= next_check) {
+            if (conn.gone()) return false;
+            next_check = llm_engine::now() + hangup_check_s;
+        }
+        if (!j.rs->next(o, hangup_check_s)) {
+            if (j.rs->done()) return true;
             continue;
         }
         account(s, j, o);
@@ -277,14 +288,19 @@ void start_stream(impl& s, httplib::Response& res, std::shared_ptr<gen_job> j) {
         [guard](bool) {});  // the guard aborts an unfinished request when the response is released
 }
 
-void run_job(impl& s, httplib::Response& res, std::shared_ptr<gen_job> j) {
+void run_job(impl& s, const httplib::Request& req, httplib::Response& res, std::shared_ptr<gen_job> j) {
+    client_connection conn;
+    if (!j->stream) conn = client_connection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     submit(s, *j);
     if (j->stream) {
         start_stream(s, res, j);
         return;
     }
     job_guard guard{s, j};
-    wait_all(s, *j);
+    if (!wait_all(s, *j, conn)) {  // the guard aborts the request: its KV blocks go back to the pool
+        TETRA_LOG_INFO("server: %s: the client closed the connection, request aborted", j->id.c_str());
+        throw api_error(499, "the client closed the connection before the response; the request was aborted");
+    }
     check_failed(*j);
     ojson body = j->chat ? chat_response(s, *j) : completion_response(s, *j);
     res.set_content(dump_json(body), "application/json");
@@ -292,6 +308,19 @@ void run_job(impl& s, httplib::Response& res, std::shared_ptr<gen_job> j) {
 
 void check_accepting(const impl& s) {
     if (s.shutting_down) throw api_error(503, "the server is shutting down");
+}
+
+// The job fields chat and completions fill alike; j.prompt must be set (it bounds max_tokens).
+void fill_job(impl& s, gen_job& j, const request_common& r, const char* id_prefix, int32_t default_max_tokens) {
+    j.params = make_sampling_params(r, s.m.defaults, int64_t(j.prompt.size()), s.engine.max_model_len(), default_max_tokens);
+    j.id = random_id(id_prefix);
+    j.model = s.model_name();
+    j.created = int64_t(std::time(nullptr));
+    j.n = r.n;
+    j.stream = r.stream;
+    j.include_usage = r.include_usage;
+    j.continuous_usage = r.continuous_usage_stats;
+    j.logprobs = r.logprobs;
 }
 
 }  // namespace
@@ -308,16 +337,7 @@ void openai_server::impl::handle_chat(const httplib::Request& req, httplib::Resp
     std::string prompt = render_chat(r.messages, r.tools, r.add_generation_prompt, r.continue_final_message,
                                      r.chat_template_kwargs);
     j->prompt = m.tok->encode(prompt, r.add_special_tokens.value_or(false));
-    j->params = make_sampling_params(r, m.defaults, int64_t(j->prompt.size()), engine.max_model_len(),
-                                     m.gen.max_new_tokens.value_or(0));
-    j->id = random_id("chatcmpl-");
-    j->model = model_name();
-    j->created = int64_t(std::time(nullptr));
-    j->n = r.n;
-    j->stream = r.stream;
-    j->include_usage = r.include_usage;
-    j->continuous_usage = r.continuous_usage_stats;
-    j->logprobs = r.logprobs;
+    fill_job(*this, *j, r, "chatcmpl-", m.gen.max_new_tokens.value_or(0));
     if (!r.add_generation_prompt) j->role = r.messages.back()["role"].get<std::string>();
     j->out_opt.reasoning_parser = cfg.reasoning_parser;
     std::optional<bool> thinking;
@@ -326,7 +346,7 @@ void openai_server::impl::handle_chat(const httplib::Request& req, httplib::Resp
     j->out_opt.starts_in_reasoning = reasoning_parser::initial_reasoning_state(prompt, thinking);
     j->out_opt.include_reasoning = r.include_reasoning;
     j->out_opt.tool_parser = use_tools ? cfg.tool_call_parser : "";
-    run_job(*this, res, j);
+    run_job(*this, req, res, j);
 }
 
 void openai_server::impl::handle_completion(const httplib::Request& req, httplib::Response& res) {
@@ -343,17 +363,9 @@ void openai_server::impl::handle_completion(const httplib::Request& req, httplib
         j->prompt = m.tok->encode(r.prompt, r.add_special_tokens.value_or(true));
         j->prompt_text = r.prompt;
     }
-    j->params = make_sampling_params(r, m.defaults, int64_t(j->prompt.size()), engine.max_model_len(), 16);
-    j->id = random_id("cmpl-");
-    j->model = model_name();
-    j->created = int64_t(std::time(nullptr));
-    j->n = r.n;
-    j->stream = r.stream;
-    j->include_usage = r.include_usage;
-    j->continuous_usage = r.continuous_usage_stats;
-    j->logprobs = r.logprobs;
+    fill_job(*this, *j, r, "cmpl-", 16);  // OpenAI's default max_tokens for completions
     j->echo = r.echo;
-    run_job(*this, res, j);
+    run_job(*this, req, res, j);
 }
 
 }  // namespace tetra

@@ -5,6 +5,7 @@ Starts the server on a free loopback port with the default SmolLM2-135M-Instruct
 (scripts/prepare_model.sh) and checks: chat and completions (stream and not), the exact SSE framing
 (serving.md §1.6), models list, vLLM's error codes and messages, 64 concurrent streams all ending in
 [DONE], a disconnect storm after which the server still answers and /metrics shows no KV block held,
+non-streaming requests whose clients hang up aborted (not run to max_tokens),
 --api-key, and exit status 0 on SIGTERM. Every wait is bounded.
 
 Usage: test_openai.py --tetra build/cli/tetra [--model DIR]
@@ -373,6 +374,40 @@ class load(unittest.TestCase):
         self.assertEqual(aborted, 24, "every hung-up stream is aborted, none runs to max_tokens")
         self.assertEqual(SERVER.get("/health")[0], 200)
 
+
+    def test_non_stream_disconnect_aborts(self):
+        """A client that hangs up on a non-streaming request gets it aborted (vLLM does the same):
+        the 400-token generations end as `abort`, not `length`, and their KV blocks are freed."""
+        abort_key = 'tetra:request_success_total{%s,finished_reason="abort"}' % LABEL
+        length_key = 'tetra:request_success_total{%s,finished_reason="length"}' % LABEL
+        running_key = "tetra:num_requests_running{%s}" % LABEL
+        before = SERVER.metrics()
+        conns = []
+        for path, body in [("/v1/chat/completions", {"messages": CHAT}), ("/v1/completions", {"prompt": "Once upon a time"})] * 2:
+            c = SERVER.conn(timeout=120)
+            c.request("POST", path, json.dumps(dict(body, model="smol", max_tokens=400, ignore_eos=True)),
+                      {"Content-Type": "application/json"})
+            conns.append(c)
+        deadline = time.time() + 60
+        while time.time() < deadline and SERVER.metrics().get(running_key, 0) < len(conns):
+            time.sleep(0.1)
+        self.assertEqual(SERVER.metrics()[running_key], len(conns), "the requests did not all start")
+        for c in conns:  # hang up without reading: a plain close (FIN), as a killed client or a timeout does
+            c.close()
+        deadline = time.time() + 60
+        m = {}
+        while time.time() < deadline:
+            m = SERVER.metrics()
+            if m["tetra:kv_cache_used_blocks{%s}" % LABEL] == 0 and m[running_key] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(m["tetra:kv_cache_used_blocks{%s}" % LABEL], 0, m)
+        self.assertEqual(m[running_key], 0, m)
+        self.assertEqual(m[abort_key] - before[abort_key], len(conns), "every hung-up request is aborted")
+        self.assertEqual(m[length_key] - before[length_key], 0, "none ran to max_tokens")
+        # the server still answers, on a fresh connection, non-streaming
+        r = SERVER.client().completions.create(model="smol", prompt="Once upon a time", max_tokens=3, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 3)
 
 class second_server(unittest.TestCase):
     def test_api_key_parsers_and_sigterm_exit_0(self):
