@@ -98,9 +98,10 @@ void check_config(const model_config& c) {
                    std::make_pair("head_dim", c.head_dim), std::make_pair("num_hidden_layers", c.n_layer),
                    std::make_pair("vocab_size", c.n_vocab)})
         TETRA_CHECK(f.second > 0, "dummy weights: %s: %s is %lld; expected > 0", p.c_str(), f.first, (long long)f.second);
-    TETRA_CHECK(c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen3ForCausalLM",
+    TETRA_CHECK(c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen3ForCausalLM" ||
+                    c.architecture == "Qwen3MoeForCausalLM",
                 "dummy weights: %s: architecture '%s' has no dummy tensor plan; supported: LlamaForCausalLM, "
-                "Qwen3ForCausalLM", p.c_str(), c.architecture.c_str());
+                "Qwen3ForCausalLM, Qwen3MoeForCausalLM", p.c_str(), c.architecture.c_str());
 }
 
 }  // namespace
@@ -129,8 +130,22 @@ std::vector<dummy_tensor> dummy_plan(const model_config& c) {
         if (c.attention_bias)
             for (auto qkv : {std::make_pair("q", q_dim), std::make_pair("k", kv_dim), std::make_pair("v", kv_dim)})
                 vec(p + "self_attn." + qkv.first + "_proj.bias", qkv.second, dummy_kind::BIAS);
-        // The MLP. A MoE layer adds the router linear(p + "mlp.gate", n_expert, n_embd) (kept bf16 by
-        // the default exclusions) and these three per expert under p + "mlp.experts.<e>.".
+        if (c.is_moe_layer(il)) {  // router (kept bf16 by the default exclusions), experts, shared expert
+            linear(p + "mlp.gate", c.n_expert, c.n_embd);
+            for (int64_t e = 0; e < c.n_expert; ++e) {
+                const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+                linear(x + "gate_proj", c.n_ff_exp, c.n_embd);
+                linear(x + "up_proj", c.n_ff_exp, c.n_embd);
+                linear(x + "down_proj", c.n_embd, c.n_ff_exp);
+            }
+            if (c.n_ff_shexp > 0) {
+                linear(p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
+                linear(p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
+                linear(p + "mlp.shared_expert.down_proj", c.n_embd, c.n_ff_shexp);
+                linear(p + "mlp.shared_expert_gate", 1, c.n_embd);
+            }
+            continue;
+        }
         linear(p + "mlp.gate_proj", c.n_ff, c.n_embd);
         linear(p + "mlp.up_proj", c.n_ff, c.n_embd);
         linear(p + "mlp.down_proj", c.n_embd, c.n_ff);
