@@ -1,9 +1,13 @@
 // Kernel benchmark of the CUDA matmuls (not a test): measures the device's streaming read bandwidth
-// in-process (kernels.md §6.1), then W4A16 NVFP4 (matmul_nvfp4_w4a16_sm80) at Llama-3.1-8B shapes
-// beside cuBLASLt BF16 at the same shapes, and the bf16 lm_head. CUDA events after warm-up, median
-// of 15 samples of 10 launches each; weights rotate over enough copies to exceed the 50 MB L2.
-// Prints: shape, M, µs, GB/s (weights + x + out bytes), % of measured read bandwidth, TFLOP/s,
-// cuBLAS time / ours. Usage: bench_matmul [--quick]
+// in-process (kernels.md §6.1), then W4A16 NVFP4 (m ≤ 8 with x fitting in shared memory: the decode
+// kernel matmul_nvfp4_w4a16_gemv_sm80 and the sm80 small-M kernel; otherwise the sm80 launcher:
+// small-M mma.sync up to 64, dequant + cuBLASLt above) at Llama-3.1-8B shapes beside
+// cuBLASLt BF16 at the same shapes, and the bf16 lm_head. CUDA events after warm-up, median of 15
+// samples of 10 launches each, (a) plain stream launches and (b) the same 10 launches captured in
+// one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
+// 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
+// TFLOP/s, cuBLAS graph time / ours. Usage: bench_matmul [--quick | --variants | --pattern |
+// --one N K M [gemv]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/matmul_launch.h"
@@ -58,6 +63,8 @@ __global__ void read_kernel(const uint4* p, size_t n_vec, uint32_t* sink) {
     if (acc == 0x9E3779B9u) *sink = acc;
 }
 
+cudaStream_t g_stream = nullptr;  // the stream every timed launch goes to (graphs need a non-legacy one)
+
 template <class F>
 double median_us(F&& launch_batch, int batch, int samples = 15) {
     cudaEvent_t a, b;
@@ -68,9 +75,9 @@ double median_us(F&& launch_batch, int batch, int samples = 15) {
     CK(cudaDeviceSynchronize());
     std::vector<double> t;
     for (int s = 0; s < samples; ++s) {
-        CK(cudaEventRecord(a));
+        CK(cudaEventRecord(a, g_stream));
         launch_batch();
-        CK(cudaEventRecord(b));
+        CK(cudaEventRecord(b, g_stream));
         CK(cudaEventSynchronize(b));
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, a, b));
@@ -80,6 +87,24 @@ double median_us(F&& launch_batch, int batch, int samples = 15) {
     cudaEventDestroy(b);
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+// The same batch captured once into a CUDA graph on g_stream and replayed (after a warm-up of
+// the plain batch, so cuBLASLt has planned the shape before the capture).
+template <class F>
+double median_graph_us(F&& launch_batch, int batch, int samples = 15) {
+    launch_batch();
+    CK(cudaStreamSynchronize(g_stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    launch_batch();
+    CK(cudaStreamEndCapture(g_stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    double us = median_us([&] { CK(cudaGraphLaunch(exec, g_stream)); }, batch, samples);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return us;
 }
 
 double measure_read_bw(int sms) {
@@ -97,18 +122,6 @@ double measure_read_bw(int sms) {
 
 // Copies of a weight so that one pass over them exceeds L2 (≥ 200 MB in total).
 int copies_for(size_t bytes) { return int(std::max<size_t>(1, (size_t(200) << 20) / bytes + 1)); }
-
-struct row {
-    std::string shape;
-    long m;
-    double us, gbs, pct, tflops, vs_cublas;
-};
-
-void print_row(const row& r) {
-    std::printf("| %-26s | %5ld | %10.2f | %7.0f | %5.1f %% | %7.2f | %6.2f |\n", r.shape.c_str(), r.m, r.us, r.gbs,
-                r.pct, r.tflops, r.vs_cublas);
-    std::fflush(stdout);
-}
 
 }  // namespace
 
@@ -168,8 +181,9 @@ static void run_pattern(int sms, double bw) {
     (void)sms;
 }
 
-// --one N K M: 20 launches of the W4A16 launcher on one shape, for a profiler (ncu) to pick from.
-static int run_one(long n, long k, long m) {
+// --one N K M [gemv]: 20 launches of the W4A16 launcher (or the decode kernel) on one shape, for a
+// profiler (ncu) to pick from.
+static int run_one(long n, long k, long m, bool gemv) {
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -191,14 +205,136 @@ static int run_one(long n, long k, long m) {
     ws.partial = part, ws.counters = static_cast<int*>(cnt), ws.dequant = deq;
     ws.cublas = lt, ws.cublas_bytes = cuda::CUBLASLT_WORKSPACE_BYTES;
     cuda::w4a16_sm80_weight w{pc, ps, n, k, 0.01f};
-    for (int i = 0; i < 20; ++i) cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, ws, sms, 0);
+    cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(n, k, sms);
+    cuda::w4a16_sm80_workspace gws;
+    void *gpart, *gcnt;
+    CK(cudaMalloc(&gpart, pl.partial_bytes));
+    CK(cudaMalloc(&gcnt, pl.counter_count * 4));
+    CK(cudaMemset(gcnt, 0, pl.counter_count * 4));
+    gws.partial = gpart, gws.partial_bytes = pl.partial_bytes;
+    gws.counters = static_cast<int*>(gcnt), gws.counter_count = pl.counter_count;
+    for (int i = 0; i < 20; ++i) {
+        if (gemv) cuda::matmul_nvfp4_w4a16_gemv_launch(x, m, w, out, gws, sms, 0);
+        else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, ws, sms, 0);
+    }
     CK(cudaDeviceSynchronize());
     return 0;
 }
 
+// A weight shape with its copies (rotated so one pass exceeds L2), the W4A16 workspaces and the
+// cuBLAS BF16 twin.
+struct bench_shape {
+    long n, k;
+    const char* what;
+    cuda::w4a16_sm80_dims d;
+    size_t wbytes = 0, bbytes = 0;
+    std::vector<cuda::w4a16_sm80_weight> ws;
+    std::vector<void*> bufs, bw16;
+    cuda::w4a16_sm80_workspace wsp, gws;  // sm80 launcher / decode kernel
+    void *x = nullptr, *out = nullptr;
+    bench_shape(long n_, long k_, const char* what_, long m_max, int sms, void* ws_cublas) : n(n_), k(k_), what(what_) {
+        d = cuda::w4a16_sm80_dims_of(n, k);
+        wbytes = d.codes_bytes + d.scales_bytes;
+        int copies = copies_for(wbytes);
+        for (int c = 0; c < copies; ++c) {
+            void *pc = nullptr, *ps = nullptr;
+            CK(cudaMalloc(&pc, d.codes_bytes));
+            CK(cudaMalloc(&ps, d.scales_bytes));
+            fill(pc, d.codes_bytes, 10 + c);
+            fill(ps, d.scales_bytes, 20 + c, 0x1F1F1F1Fu, 0x28282828u);  // e4m3 in [2^-2, 2)
+            ws.push_back({pc, ps, n, k, 0.01f});
+            bufs.push_back(pc), bufs.push_back(ps);
+        }
+        wsp = cuda::w4a16_sm80_workspace_need(m_max, n, k, sms);
+        void *part, *cnt, *deq;
+        CK(cudaMalloc(&part, std::max<size_t>(wsp.partial_bytes, 4)));
+        CK(cudaMalloc(&cnt, std::max<size_t>(wsp.counter_count * 4, 4)));
+        CK(cudaMemset(cnt, 0, std::max<size_t>(wsp.counter_count * 4, 4)));
+        CK(cudaMalloc(&deq, std::max<size_t>(wsp.dequant_bytes, 4)));
+        wsp.partial = part, wsp.counters = static_cast<int*>(cnt), wsp.dequant = deq;
+        wsp.cublas = ws_cublas, wsp.cublas_bytes = cuda::CUBLASLT_WORKSPACE_BYTES;
+        bufs.push_back(part), bufs.push_back(cnt), bufs.push_back(deq);
+        // decode kernel: the largest plan of the variants (4 chunks per warp minimum, 3 CTAs/SM)
+        cuda::w4a16_gemv_config big;
+        big.ctas_per_sm = 3;
+        cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(n, k, sms, big);
+        CK(cudaMalloc(&part, pl.partial_bytes));
+        CK(cudaMalloc(&cnt, pl.counter_count * 4));
+        CK(cudaMemset(cnt, 0, pl.counter_count * 4));
+        gws.partial = part, gws.partial_bytes = pl.partial_bytes;
+        gws.counters = static_cast<int*>(cnt), gws.counter_count = pl.counter_count;
+        bufs.push_back(part), bufs.push_back(cnt);
+        CK(cudaMalloc(&x, size_t(m_max * k) * 2));
+        CK(cudaMalloc(&out, size_t(m_max * n) * 2));
+        fill(x, size_t(m_max * k) * 2, 5, 0x3FFF3FFFu, 0x3C003C00u);  // bf16 in ±[2^-7, 2)
+        bufs.push_back(x), bufs.push_back(out);
+        bbytes = size_t(n * k) * 2;
+        int bcopies = copies_for(bbytes);
+        for (int c = 0; c < bcopies; ++c) {
+            void* p = nullptr;
+            CK(cudaMalloc(&p, bbytes));
+            fill(p, bbytes, 30 + c, 0x3FFF3FFFu, 0x3C003C00u);
+            bw16.push_back(p);
+        }
+    }
+    ~bench_shape() {
+        for (void* p : bufs) cudaFree(p);
+        for (void* p : bw16) cudaFree(p);
+    }
+    // 10 launches on consecutive copies: the backend's choice (gemv for m ≤ 16 unless `sm80`).
+    void w4a16_batch(long m, const cuda::w4a16_gemv_config* cfg, int sms) {
+        for (int b = 0; b < 10; ++b) {
+            const cuda::w4a16_sm80_weight& w = ws[size_t(b) % ws.size()];
+            if (cfg) cuda::matmul_nvfp4_w4a16_gemv_launch(x, m, w, out, gws, sms, g_stream, *cfg);
+            else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, wsp, sms, g_stream);
+        }
+    }
+    void cublas_batch(long m, void* ws_cublas) {
+        for (int b = 0; b < 10; ++b)
+            cuda::gemm_bf16_tn_launch(x, bw16[size_t(b) % bw16.size()], out, m, n, k, n, 1.0f, ws_cublas,
+                                      cuda::CUBLASLT_WORKSPACE_BYTES, g_stream);
+    }
+};
+
+// --variants: the decode kernel's configurations (and the sm80 kernel) at m = 1, 2, 4, 8.
+static void run_variants(int sms, double bw, void* ws_cublas) {
+    struct var { const char* name; cuda::w4a16_gemv_config cfg; bool sm80; };
+    std::vector<var> vars;
+    cuda::w4a16_gemv_config c;
+    vars.push_back({"gemv cps2 S8 min4 (default)", c, false});
+    c.ctas_per_sm = 1;
+    vars.push_back({"gemv cps1 S16 min4", c, false});
+    c.ctas_per_sm = 3;
+    vars.push_back({"gemv cps3 S4 min4", c, false});
+    c = {}, c.min_chunks = 8;
+    vars.push_back({"gemv cps2 S8 min8", c, false});
+    c = {}, c.min_chunks = 16;
+    vars.push_back({"gemv cps2 S8 min16", c, false});
+    vars.push_back({"sm80 small-M", {}, true});
+    std::printf("| shape | M | variant | us stream | us graph | %% of BW (graph) | per | grid |\n|---|---|---|---|---|---|---|---|\n");
+    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
+                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
+        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 16, sms, ws_cublas);
+        for (long m : {1L, 2L, 4L, 8L})
+            for (const var& v : vars) {
+                if (!v.sm80 && !cuda::w4a16_gemv_fits(m, b.k)) continue;
+                const cuda::w4a16_gemv_config* cfg = v.sm80 ? nullptr : &v.cfg;
+                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
+                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
+                double io = double(m) * b.k * 2 + double(m) * b.n * 2;
+                cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(b.n, b.k, sms, v.cfg);
+                std::printf("| %s %ldx%ld | %ld | %s | %.2f | %.2f | %.1f %% | %ld | %ld |\n", b.what, b.n, b.k, m, v.name,
+                            ts, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, v.sm80 ? 0L : long(pl.per),
+                            v.sm80 ? 0L : long(pl.grid));
+                std::fflush(stdout);
+            }
+    }
+}
+
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-    if (argc == 5 && std::strcmp(argv[1], "--one") == 0) return run_one(atol(argv[2]), atol(argv[3]), atol(argv[4]));
+    if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "--one") == 0)
+        return run_one(atol(argv[2]), atol(argv[3]), atol(argv[4]), argc == 6 && std::strcmp(argv[5], "gemv") == 0);
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -210,80 +346,41 @@ int main(int argc, char** argv) {
         run_pattern(sms, bw);
         return 0;
     }
-
-    struct nk { long n, k; const char* what; };
-    std::vector<nk> shapes = {{4096, 4096, "o_proj"}, {6144, 4096, "qkv"}, {28672, 4096, "gate+up"},
-                              {4096, 14336, "down"}};
-    std::vector<long> ms = {1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
-    if (quick) ms = {1, 16, 1024};
-    const long m_max = 4096;
-
-    std::printf("| shape (N x K)              |     M |         us |    GB/s | %% of BW | TFLOP/s | cuBLAS/ours |\n");
-    std::printf("|---|---|---|---|---|---|---|\n");
+    CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     void* ws_cublas = nullptr;
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
-    for (const nk& s : shapes) {
-        cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(s.n, s.k);
-        size_t wbytes = d.codes_bytes + d.scales_bytes;
-        int copies = copies_for(wbytes);
-        std::vector<cuda::w4a16_sm80_weight> ws(static_cast<size_t>(copies));
-        std::vector<void*> bufs;
-        for (int c = 0; c < copies; ++c) {
-            void *pc = nullptr, *ps = nullptr;
-            CK(cudaMalloc(&pc, d.codes_bytes));
-            CK(cudaMalloc(&ps, d.scales_bytes));
-            fill(pc, d.codes_bytes, 10 + c);
-            fill(ps, d.scales_bytes, 20 + c, 0x1F1F1F1Fu, 0x28282828u);  // e4m3 in [2^-2, 2)
-            ws[size_t(c)] = {pc, ps, s.n, s.k, 0.01f};
-            bufs.push_back(pc), bufs.push_back(ps);
-        }
-        cuda::w4a16_sm80_workspace wsp = cuda::w4a16_sm80_workspace_need(m_max, s.n, s.k, sms);
-        void *part = nullptr, *cnt = nullptr, *deq = nullptr, *x = nullptr, *out = nullptr;
-        CK(cudaMalloc(&part, std::max<size_t>(wsp.partial_bytes, 4)));
-        CK(cudaMalloc(&cnt, std::max<size_t>(wsp.counter_count * 4, 4)));
-        CK(cudaMemset(cnt, 0, std::max<size_t>(wsp.counter_count * 4, 4)));
-        CK(cudaMalloc(&deq, wsp.dequant_bytes));
-        CK(cudaMalloc(&x, size_t(m_max * s.k) * 2));
-        CK(cudaMalloc(&out, size_t(m_max * s.n) * 2));
-        fill(x, size_t(m_max * s.k) * 2, 5, 0x3FFF3FFFu, 0x3C003C00u);  // bf16 in ±[2^-7, 2)
-        wsp.partial = part, wsp.counters = static_cast<int*>(cnt), wsp.dequant = deq;
-        wsp.cublas = ws_cublas, wsp.cublas_bytes = cuda::CUBLASLT_WORKSPACE_BYTES;
+    if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
+        run_variants(sms, bw, ws_cublas);
+        return 0;
+    }
 
-        // cuBLAS BF16 baseline weights
-        size_t bbytes = size_t(s.n * s.k) * 2;
-        int bcopies = copies_for(bbytes);
-        std::vector<void*> bw16(static_cast<size_t>(bcopies));
-        for (int c = 0; c < bcopies; ++c) {
-            CK(cudaMalloc(&bw16[size_t(c)], bbytes));
-            fill(bw16[size_t(c)], bbytes, 30 + c, 0x3FFF3FFFu, 0x3C003C00u);
-        }
-        char name[64];
-        std::snprintf(name, sizeof name, "%s %ldx%ld", s.what, s.n, s.k);
+    std::vector<long> ms = {1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
+    if (quick) ms = {1, 8, 16, 1024};
+    const long m_max = quick ? 1024 : 4096;
+    std::printf("| shape (N x K) | M | kernel | us stream | us graph | GB/s | %% of BW | TFLOP/s | cuBLAS us graph | cuBLAS/ours |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    const cuda::w4a16_gemv_config gemv_default;
+    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
+                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
+        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), m_max, sms, ws_cublas);
         for (long m : ms) {
-            const int batch = 10;
-            int ci = 0, bi = 0;
-            double t_ours = median_us([&] {
-                for (int b = 0; b < batch; ++b)
-                    cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, ws[size_t(ci++ % copies)], out, wsp, sms, 0);
-            }, batch);
-            double t_cub = median_us([&] {
-                for (int b = 0; b < batch; ++b)
-                    cuda::gemm_bf16_tn_launch(x, bw16[size_t(bi++ % bcopies)], out, m, s.n, s.k, s.n, 1.0f, ws_cublas,
-                                              cuda::CUBLASLT_WORKSPACE_BYTES, 0);
-            }, batch);
-            double io = double(m) * s.k * 2 + double(m) * s.n * 2;
-            double flop = 2.0 * m * s.n * s.k;
-            row r{std::string("w4a16 ") + name, m, t_ours, (wbytes + io) / t_ours / 1e3, 0, flop / t_ours / 1e6,
-                  t_cub / t_ours};
-            r.pct = 100.0 * r.gbs / bw;
-            print_row(r);
-            row c{std::string("cublas bf16 ") + name, m, t_cub, (bbytes + io) / t_cub / 1e3, 0, flop / t_cub / 1e6, 1.0};
-            c.pct = 100.0 * c.gbs / bw;
-            print_row(c);
+            double tc = median_graph_us([&] { b.cublas_batch(m, ws_cublas); }, 10);
+            double io = double(m) * b.k * 2 + double(m) * b.n * 2, flop = 2.0 * m * b.n * b.k;
+            // m the decode kernel takes: it and the sm80 small-M kernel; otherwise the sm80 launcher
+            for (int which = cuda::w4a16_gemv_fits(m, b.k) ? 0 : 1; which < 2; ++which) {
+                const cuda::w4a16_gemv_config* cfg = which == 0 ? &gemv_default : nullptr;
+                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
+                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
+                double gbs = (b.wbytes + io) / tg / 1e3;
+                const char* kern = cfg ? "gemv" : m <= cuda::W4A16_SM80_SMALL_M_MAX ? "sm80 small-M" : "dequant+cuBLASLt";
+                std::printf("| w4a16 %s %ldx%ld | %ld | %s | %.2f | %.2f | %.0f | %.1f %% | %.2f | %.2f | %.2f |\n", b.what,
+                            b.n, b.k, m, kern, ts, tg, gbs, 100.0 * gbs / bw, flop / tg / 1e6, tc, tc / tg);
+            }
+            std::printf("| cublas bf16 %s %ldx%ld | %ld | cuBLASLt | - | %.2f | %.0f | %.1f %% | %.2f | - | - |\n", b.what,
+                        b.n, b.k, m, tc, (b.bbytes + io) / tc / 1e3, 100.0 * (b.bbytes + io) / tc / 1e3 / bw,
+                        flop / tc / 1e6);
+            std::fflush(stdout);
         }
-        for (void* p : bufs) CK(cudaFree(p));
-        for (void* p : bw16) CK(cudaFree(p));
-        for (void* p : {part, cnt, deq, x, out}) CK(cudaFree(p));
     }
 
     // lm_head: dense bf16 through cuBLASLt (matmul_dense_bf16); one copy exceeds L2.
@@ -300,12 +397,13 @@ int main(int argc, char** argv) {
             const int batch = m >= 1024 ? 3 : 10;
             double t = median_us([&] {
                 for (int b = 0; b < batch; ++b)
-                    cuda::gemm_bf16_tn_launch(x, w, out, m, n, k, n, 1.0f, ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES, 0);
+                    cuda::gemm_bf16_tn_launch(x, w, out, m, n, k, n, 1.0f, ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES,
+                                              g_stream);
             }, batch, 7);
             double io = double(m) * k * 2 + double(m) * n * 2;
-            row r{"dense bf16 lm_head 128256x4096", m, t, (bytes + io) / t / 1e3, 0, 2.0 * m * n * k / t / 1e6, 1.0};
-            r.pct = 100.0 * r.gbs / bw;
-            print_row(r);
+            std::printf("| dense bf16 lm_head 128256x4096 | %ld | cuBLASLt | %.2f | - | %.0f | %.1f %% | %.2f | - | - |\n", m,
+                        t, (bytes + io) / t / 1e3, 100.0 * (bytes + io) / t / 1e3 / bw, 2.0 * m * n * k / t / 1e6);
+            std::fflush(stdout);
         }
         for (void* p : {w, x, out}) CK(cudaFree(p));
     }

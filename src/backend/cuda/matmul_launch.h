@@ -3,6 +3,7 @@
 // wrap these; tests and bench/bench_matmul.cu call them directly.
 //   matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on a re-laid weight (w4a16_sm80_pack) — mma.sync bf16
 //     small-M kernel (M ≤ 64) and, for larger M, dequant-to-bf16 tiles + cuBLASLt.
+//   matmul_nvfp4_w4a16_gemv_sm80: decode (m ≤ 8) stream-K kernel on the same re-laid weight.
 //   matmul_dense_bf16: cuBLASLt bf16 GEMM (lm_head, dense layers).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -19,6 +20,7 @@ namespace cuda {
 // ---- backend glue ----------------------------------------------------------------------------
 // Registry entries (called from register_matmul in matmul_register.cpp).
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
+void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r);  // m ≤ 8, same prepared weight
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 // The prepare step of matmul_nvfp4_w4a16_sm80 (for cuda_backend::prepare_linear): packs a host
 // NVFP4 weight (w4a16_sm80_pack) and uploads it. codes/scales keep the canonical shapes [n, k/2] /
@@ -83,6 +85,30 @@ void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_
 // scale_global · 2^8 goes into the GEMM's alpha).
 void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t rows, void* dst,
                                cudaStream_t s);
+
+// ---- W4A16 decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) ---------------------------------------
+// m ≤ 8 on the same re-laid weight (w4a16_sm80_pack), x staged whole in shared memory (so
+// m·(k + 8)·2 ≤ W4A16_GEMV_X_SMEM_MAX: k = 4096 → m ≤ 8, k = 14336 → m ≤ 2). Stream-K over
+// (16-row tile, 64-k chunk) items in one wave; split tiles reduced in a fixed order
+// (deterministic, m-independent: rows of a batch equal the m = 1 result bitwise). Workspace:
+// w4a16_sm80_workspace's partial (≥ the plan's partial_bytes) and counters (≥ counter_count, zero
+// before the first launch; every launch leaves them zero).
+constexpr int64_t W4A16_GEMV_M_MAX = 8;
+constexpr int64_t W4A16_GEMV_X_SMEM_MAX = 72 << 10;
+bool w4a16_gemv_fits(int64_t m, int64_t k);  // the decode kernel takes x [m, k]
+struct w4a16_gemv_config {  // variants for the bench; the default is what the registry runs
+    int ctas_per_sm = 2;     // 8-warp CTAs per SM; ring slots per warp: 1 → 16, 2 → 8, 3 → 4
+    int64_t min_chunks = 4;  // shortest run of chunks per warp
+};
+struct w4a16_gemv_plan {
+    int64_t total = 0, per = 0, grid = 0;  // items, items per warp, CTAs (8 warps each)
+    size_t partial_bytes = 0, counter_count = 0;
+};
+w4a16_gemv_plan w4a16_gemv_plan_of(int64_t n, int64_t k, int sm_count, const w4a16_gemv_config& cfg = {});
+// out[m, n] = x[m, k] · Wᵀ when w4a16_gemv_fits(m, k). x: bf16 [m, k]; out: bf16 [m, n].
+void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
+                                    const w4a16_gemv_config& cfg = {});
 
 // ---- dense bf16 (cuBLASLt) -------------------------------------------------------------------
 // out[i, j] (row stride ld_out) = alpha · Σ_k x[i, k] · w[j, k]. x: bf16 [m, k]; w: bf16 [n, k];

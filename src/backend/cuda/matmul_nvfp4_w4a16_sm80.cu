@@ -2,8 +2,8 @@
 // rows are the A operand, up to 64 activation rows the B operand (n8 tiles). Weights stream once
 // (16-B cp.async into a per-warp shared-memory ring) from an offline re-layout (w4a16_sm80_pack) in
 // which each lane's 16 B are exactly its A registers for 4 MMAs; e2m1 → bf16 by bit placement
-// (v·2^-126), × bf16(e4m3 · 2^118) — exact (kernels.md §3.3) — and scale_global · 2^8 in the f32
-// epilogue. Split-K over 512-k groups, reduced in a fixed order by the last CTA of each row block
+// (v·2^-126, 9 integer ops per 4 registers: decode_word), × bf16(e4m3 · 2^118) — exact
+// (kernels.md §3.3) — and scale_global · 2^8 in the f32 epilogue. Split-K over 512-k groups, reduced in a fixed order by the last CTA of each row block
 // (integer counter; no float atomics). M > 64: weight dequantized to bf16 row blocks (side stream,
 // ping-pong buffers) + cuBLASLt. Measurements and what limits it: docs/perf.md.
 #include <cuda_bf16.h>
@@ -14,11 +14,12 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_launch.h"
+#include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -26,17 +27,20 @@ namespace cuda {
 namespace {
 
 constexpr int WARPS = 8, THREADS = WARPS * 32, ROWS_PER_CTA = WARPS * 16;
-constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
+using w4a16::CHUNK_K;
+using w4a16::GROUP_CHUNKS;
+using w4a16::GROUP_K;
 constexpr int RING_BYTES = WARPS * 8 * 32 * 16;             // per-warp rings of 8 chunk slots
 constexpr int X_SMEM_MAX = RING_BYTES + 2 * 64 * (512 + 8) * 2;  // + two x slots at m = 64
 constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows across banks
 
 // ---- packed layout (host) ----------------------------------------------------------------------
 // codes: [n_tiles][k_chunks][32 lanes][16 B]. Lane (g = lane/4, t = lane%4), word j (MMA j of the
-// chunk) holds 8 codes; register i (a0..a3) takes nibbles (3-i) and (7-i) after `<< 4i`:
-//   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); nibble 3-i = code(row, k),
-//   nibble 7-i = code(row, k+1). MMA k-slots 2t,2t+1 | 2t+8,2t+9 ↔ k 16t+4j+{0,1} | {2,3}, so
-//   thread t's 16 k of a chunk are one scale block (4·chunk + t) for both of its rows.
+// chunk) holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
+//   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
+//   decode_word's rotations pick them up (w4a16_bit_src, matmul_nvfp4_w4a16_device.cuh). MMA
+//   k-slots 2t,2t+1 | 2t+8,2t+9 ↔ k 16t+4j+{0,1} | {2,3}, so thread t's 16 k of a chunk are one
+//   scale block (4·chunk + t) for both of its rows.
 // scales: [n_tiles][k_groups][32 lanes][16 B]: byte 2c = scale(row g, block 4·(8·group+c)+t),
 //   byte 2c+1 = the same block of row g+8.
 inline uint8_t code_at(const uint8_t* codes, int64_t n, int64_t k, int64_t row, int64_t col) {
@@ -50,51 +54,8 @@ inline uint8_t scale_at(const uint8_t* scales, int64_t n, int64_t k, int64_t row
     return scales[row * (k / 16) + blk];
 }
 
-// ---- device helpers ----------------------------------------------------------------------------
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-// Register i of a packed word: two e2m1 codes as bf16 bits s·000000e·em·000000 = value · 2^-126.
-__device__ __forceinline__ uint32_t e2m1x2_to_bf16x2_scaled(uint32_t w, int i) {
-    uint32_t x = w << (4 * i);
-    return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    return d;
-}
-
-// Two e4m3 scales (low byte: row g, high byte: row g+8) → bf16x2 {s·2^118, s·2^118} each (exact:
-// e4m3 → f16 is exact, and s·2^118 ≤ 448·2^118 fits bf16).
-__device__ __forceinline__ void scales_to_bf16x2(uint32_t two, uint32_t& s0, uint32_t& s1) {
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xFFFFu), __NV_E4M3);
-    const float k2_118 = 3.3230699894622794e35f;  // 2^118
-    float f0 = __half2float(__half(__half_raw{h.x})) * k2_118;
-    float f1 = __half2float(__half(__half_raw{h.y})) * k2_118;
-    __nv_bfloat162 b0 = __floats2bfloat162_rn(f0, f0), b1 = __floats2bfloat162_rn(f1, f1);
-    s0 = *reinterpret_cast<uint32_t*>(&b0);
-    s1 = *reinterpret_cast<uint32_t*>(&b1);
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
+// ---- device helpers: matmul_nvfp4_w4a16_device.cuh ----------------------------------------------
+using namespace w4a16;
 
 struct small_params {
     const uint4* codes;
@@ -150,16 +111,13 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        uint32_t w = word_of(q, j);
-        uint32_t a0 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 0), s0);
-        uint32_t a1 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 1), s1);
-        uint32_t a2 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 2), s0);
-        uint32_t a3 = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 3), s1);
+        uint32_t a[4];
+        a_regs(q, j, s0, s1, a);
 #pragma unroll
         for (int u = 0; u < NT; ++u) {
             const uint4& b = j < 2 ? blo[u] : bhi[u];
             uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
-            mma_bf16_16816(acc[u], a0, a1, a2, a3, b0, b1);
+            mma_bf16_16816(acc[u], a[0], a[1], a[2], a[3], b0, b1);
         }
     }
 }
@@ -314,11 +272,9 @@ __global__ void __launch_bounds__(THREADS) w4a16_dequant_kernel(const uint4* cod
     uint32_t r0[8], r1[8];  // rows g and g+8: k = 16t + 0..15 of the chunk, in order
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        uint32_t w = word_of(c, j);
-        r0[2 * j] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 0), s0);
-        r1[2 * j] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 1), s1);
-        r0[2 * j + 1] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 2), s0);
-        r1[2 * j + 1] = bf16x2_mul(e2m1x2_to_bf16x2_scaled(w, 3), s1);
+        uint32_t a[4];
+        a_regs(c, j, s0, s1, a);
+        r0[2 * j] = a[0], r1[2 * j] = a[1], r0[2 * j + 1] = a[2], r1[2 * j + 1] = a[3];
     }
     const int kk = chunk * CHUNK_K + 16 * t;
     if (kk >= k) return;
@@ -398,8 +354,13 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
                     uint32_t w = 0;
                     for (int i = 0; i < 4; ++i) {
                         int64_t row = tile * 16 + g + 8 * (i & 1), col = ch * CHUNK_K + 16 * t + 4 * j + 2 * (i >> 1);
-                        w |= uint32_t(code_at(codes, n, k, row, col)) << (4 * (3 - i));
-                        w |= uint32_t(code_at(codes, n, k, row, col + 1)) << (4 * (7 - i));
+                        uint32_t lo = code_at(codes, n, k, row, col), hi = code_at(codes, n, k, row, col + 1);
+                        // register i = bf16x2 {lo, hi}: code bits s,e1,e0,m → bf16 bits 15,8,7,6 (+16 for hi)
+                        const int dst_bit[4] = {6, 7, 8, 15};
+                        for (int b = 0; b < 4; ++b) {
+                            w |= ((lo >> b) & 1u) << w4a16_bit_src(i, dst_bit[b]);
+                            w |= ((hi >> b) & 1u) << w4a16_bit_src(i, dst_bit[b] + 16);
+                        }
                     }
                     std::memcpy(dst + 4 * j, &w, 4);
                 }
@@ -641,6 +602,30 @@ void launch_w4a16_sm80(backend& be, const matmul_args& a) {
     matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s);
 }
 
+// The decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) on the same prepared weight: m ≤ 8 and x
+// small enough to stage in shared memory.
+std::string accepts_w4a16_gemv(const matmul_args& a) {
+    if (!w4a16_gemv_fits(a.m, a.k))
+        return "x [" + std::to_string(a.m) + ", " + std::to_string(a.k) + "]: the decode kernel takes m ≤ " +
+               std::to_string(W4A16_GEMV_M_MAX) + " rows of ≤ " + std::to_string(W4A16_GEMV_X_SMEM_MAX) +
+               " bytes together (the sm80 kernel takes it)";
+    std::string why = accepts_w4a16_sm80(a);
+    if (!why.empty()) return why;
+    if ((a.n + 15) / 16 * ((a.k + 63) / 64) >= (int64_t(1) << 30)) return "weight too large for the decode kernel";
+    return "";
+}
+
+void launch_w4a16_gemv(backend& be, const matmul_args& a) {
+    cudaStream_t s = stream_of(be);
+    int sms = be.device().sm_count;
+    w4a16_gemv_plan pl = w4a16_gemv_plan_of(a.n, a.k, sms);
+    w4a16_sm80_workspace ws;
+    ws.partial = scratch(be, std::max<size_t>(1, pl.partial_bytes)), ws.partial_bytes = pl.partial_bytes;
+    ws.counters = counters_for(s, pl.counter_count), ws.counter_count = pl.counter_count;
+    w4a16_sm80_weight w{a.w->codes.data, a.w->scales.data, a.n, a.k, a.w->scale_global};
+    matmul_nvfp4_w4a16_gemv_launch(a.x.data, a.m, w, a.out.data, ws, sms, s);
+}
+
 }  // namespace
 
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
@@ -648,6 +633,15 @@ void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
     req.align = 16;
     r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", req, 10, accepts_w4a16_sm80,
                                    launch_w4a16_sm80));
+}
+
+// Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,
+// 2026-11-22), so it runs only when forced (TETRA_KERNEL=matmul_nvfp4_w4a16:matmul_nvfp4_w4a16_gemv_sm80).
+void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r) {
+    kernel_req req = cuda_req(80, {dtype::BF16});
+    req.align = 16;
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_gemv_sm80", req, 5, accepts_w4a16_gemv,
+                                   launch_w4a16_gemv));
 }
 
 #endif  // TETRA_MATMUL_STANDALONE

@@ -1,0 +1,87 @@
+// Device helpers shared by the W4A16 NVFP4 kernels (matmul_nvfp4_w4a16_sm80.cu: mma.sync small-M
+// and dequant; matmul_nvfp4_w4a16_gemv_sm80.cu: stream-K decode kernel). Both read the same packed
+// layout (w4a16_sm80_pack): per lane and chunk 16 B = 4 words, word j = the A registers a0..a3 of
+// MMA j, each a bf16x2 of two e2m1 codes as bit patterns s·000000e·em·000000 (= value · 2^-126).
+// decode_word's rotations/masks are the inverse of the host packer's bit placement (w4a16_bit_src).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tetra {
+namespace cuda {
+namespace w4a16 {
+
+constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
+
+// The bf16x2 bits an e2m1 pair occupies: sign 15/31, exponent 8,7 / 24,23, mantissa 6 / 22.
+constexpr uint32_t BF16X2_E2M1_MASK = 0x81C081C0u;
+
+// Where (bit position in the packed word) register i's bit p comes from: the word is rotated left
+// by a per-register amount and masked with BF16X2_E2M1_MASK (register 3 takes two rotations).
+// 9 integer ops per word (4 rotates, 5 masks) instead of 4–5 per register; used by the host packer.
+__host__ __device__ constexpr int w4a16_bit_src(int i, int p) {
+    int r = i == 0 ? 0 : i == 1 ? 4 : i == 2 ? 10 : ((p & 15) == 8 ? 14 : 6);
+    return (p - r + 32) & 31;
+}
+
+__device__ __forceinline__ void decode_word(uint32_t w, uint32_t (&a)[4]) {
+    a[0] = w & BF16X2_E2M1_MASK;
+    a[1] = __funnelshift_l(w, w, 4) & BF16X2_E2M1_MASK;
+    a[2] = __funnelshift_l(w, w, 10) & BF16X2_E2M1_MASK;
+    a[3] = (__funnelshift_l(w, w, 6) & 0x80C080C0u) | (__funnelshift_l(w, w, 14) & 0x01000100u);
+}
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// Two e4m3 scales (low byte: row g, high byte: row g+8) → bf16x2 {s·2^118, s·2^118} each (exact:
+// e4m3 → f16 is exact, and s·2^118 ≤ 448·2^118 fits bf16; NaN stays NaN).
+__device__ __forceinline__ void scales_to_bf16x2(uint32_t two, uint32_t& s0, uint32_t& s1) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xFFFFu), __NV_E4M3);
+    const float k2_118 = 3.3230699894622794e35f;  // 2^118
+    float f0 = __half2float(__half(__half_raw{h.x})) * k2_118;
+    float f1 = __half2float(__half(__half_raw{h.y})) * k2_118;
+    __nv_bfloat162 b0 = __floats2bfloat162_rn(f0, f0), b1 = __floats2bfloat162_rn(f1, f1);
+    s0 = *reinterpret_cast<uint32_t*>(&b0);
+    s1 = *reinterpret_cast<uint32_t*>(&b1);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The four A registers of MMA j of a chunk (lane's 16 B `q`), scaled: rows g (s0) and g+8 (s1).
+__device__ __forceinline__ void a_regs(const uint4& q, int j, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+    decode_word(word_of(q, j), a);
+    a[0] = bf16x2_mul(a[0], s0);
+    a[1] = bf16x2_mul(a[1], s1);
+    a[2] = bf16x2_mul(a[2], s0);
+    a[3] = bf16x2_mul(a[3], s1);
+}
+
+}  // namespace w4a16
+}  // namespace cuda
+}  // namespace tetra
