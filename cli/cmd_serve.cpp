@@ -28,7 +28,7 @@ struct serve_flags {
     int64_t seed = -1;
     std::string reasoning_parser, tool_call_parser;
     bool auto_tool_choice = false;
-    std::string load_format = "auto", kv_cache_dtype = "auto";
+    std::string kv_cache_dtype = "auto";
     int block_size = 16;
 };
 
@@ -53,8 +53,6 @@ int64_t parse_bytes(const std::string& s) {
 }
 
 void check_flags(const serve_flags& f) {
-    if (f.load_format != "auto")
-        throw cli_error("--load-format '" + f.load_format + "' is not supported yet", "only --load-format auto (the checkpoint's safetensors) works for now");
     if (f.kv_cache_dtype != "auto")
         throw cli_error("--kv-cache-dtype '" + f.kv_cache_dtype + "' is not supported yet", "use --kv-cache-dtype auto");
     if (f.auto_tool_choice && f.tool_call_parser.empty())
@@ -148,7 +146,6 @@ void register_serve(CLI::App& app) {
         ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
     cmd->add_flag("--enable-auto-tool-choice", f->auto_tool_choice, "parse tool calls from the output (needs --tool-call-parser)");
     cmd->add_option("--tool-call-parser", f->tool_call_parser, "tool call format")->check(CLI::IsMember({"hermes", "llama3_json"}));
-    cmd->add_option("--load-format", f->load_format, "weights source (auto)");
     cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache dtype (auto)");
     cmd->callback([mf, f] { serve(*mf, *f); });
 }

@@ -21,5 +21,6 @@ void register_quantize(CLI::App&);
 void register_inspect(CLI::App&);
 void register_doctor(CLI::App&);
 void register_serve(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace tetra

@@ -17,6 +17,12 @@ void model_flags::add(CLI::App* cmd) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--threads", threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--skip-selftest", skip_selftest, "do not check the kernels against the CPU oracle at load (warns)");
+    cmd->add_option("--device", device, "auto (CUDA device 0 if present), cpu, cuda or cuda:N");
+    cmd->add_option("--load-format", load_format, "auto|safetensors: the checkpoint; dummy: seeded random weights from "
+                    "config.json (NVFP4 when its quantization_config says so)")
+        ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+    cmd->add_option("--tokenizer", tokenizer, "directory with tokenizer.json (default: the model directory)");
+    cmd->add_option("--dummy-seed", dummy_seed, "seed of --load-format dummy weights");
 }
 
 std::unique_ptr<loaded_model> model_flags::load() const {
@@ -29,11 +35,19 @@ std::unique_ptr<loaded_model> model_flags::load() const {
                             "run `bash scripts/prepare_model.sh` (or the README's main command) once");
         throw cli_error("model directory '" + dir + "' does not exist", "pass an HF model directory (config.json, *.safetensors, tokenizer.json)");
     }
+    if (load_format == "dummy" && tokenizer.empty() && ::stat((dir + "/tokenizer.json").c_str(), &st) != 0)
+        throw cli_error("'" + dir + "' has no tokenizer.json (--load-format dummy needs only config.json for the "
+                        "weights, but this command reads and writes text)",
+                        "pass --tokenizer DIR (a directory with the model family's tokenizer.json), or use `tetra bench`");
     load_options opt;
     opt.max_model_len = max_model_len;
     opt.max_tokens = max_tokens_per_step;
     opt.chat_template_file = chat_template;
     opt.skip_selftest = skip_selftest;
+    opt.device = device;
+    opt.load_format = load_format;
+    opt.tokenizer_dir = tokenizer;
+    opt.seed = dummy_seed;
     return load_model(dir, opt);
 }
 

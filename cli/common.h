@@ -20,6 +20,10 @@ struct model_flags {
     int64_t max_tokens_per_step = 256;
     int threads = 0;
     bool skip_selftest = false;
+    std::string device = "auto";
+    std::string load_format = "auto";
+    std::string tokenizer;
+    uint64_t dummy_seed = 0;
     void add(CLI::App* cmd);
     std::unique_ptr<loaded_model> load() const;  // errors carry a hint
 };

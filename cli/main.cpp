@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     tetra::register_inspect(app);
     tetra::register_doctor(app);
     tetra::register_serve(app);
+    tetra::register_bench(app);
     try {
         tetra::env_validate();
         app.parse(argc, argv);

@@ -27,6 +27,11 @@ if [ -d .device/debs ]; then
     step "unpack debs" debs.log bash -c "mkdir -p $prefix && for f in .device/debs/*.deb; do dpkg -x \"\$f\" $prefix; done"
 fi
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# -dev symlinks (libX.so -> libX.so.N) whose runtime library is the machine's own: point them there.
+for l in $prefix/usr/lib/x86_64-linux-gnu/*.so; do
+    [ -L "$l" ] && [ ! -e "$l" ] && [ -e "/usr/lib/x86_64-linux-gnu/$(readlink "$l")" ] &&
+        ln -sf "/usr/lib/x86_64-linux-gnu/$(readlink "$l")" "$l"
+done
 # cpp-httplib.pc requires brotli's .pc files, which ship in libbrotli-dev (not in .device/debs); the
 # runtime libraries are installed. Configure-only stubs let the server module configure — none of
 # the targets built here link it.
@@ -48,8 +53,22 @@ for b in $(echo "$gpu_targets" | grep '^bench_'); do
     [ -n "$exe" ] && { step "$b" "$b.log" "$exe" || true; }
 done
 
+# The CLI on dummy weights of real configurations (BENCH_CONFIGS, space-separated configs/ names):
+# tetra doctor, then tetra bench with and without CUDA graphs.
+if [ "${BENCH:-1}" = 1 ]; then
+    step "build tetra" build-cli.log cmake --build "$build" -j"$(nproc)" --target tetra || true
+    step "tetra doctor" doctor.log "$build/cli/tetra" doctor --device cuda || true
+    for c in ${BENCH_CONFIGS:-smollm2-135m-nvfp4 llama-3.1-8b-nvfp4}; do
+        step "bench $c" "bench-$c.log" "$build/cli/tetra" bench "configs/$c" --load-format dummy --device cuda \
+            --batch ${BENCH_BATCH:-1,8,32,64} --input-len 128 --output-len 64 || true
+        step "bench $c no-graphs" "bench-$c-nographs.log" "$build/cli/tetra" bench "configs/$c" --load-format dummy \
+            --device cuda --batch 1 --input-len 128 --output-len 64 --no-graphs --skip-selftest || true
+    done
+fi
+
 echo "== $(head -1 "$out/machine.txt") | images $targets | logs in $out"
 grep -E "^device: " "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -1
 grep -E "tests passed|tests failed" "$out/ctest.log" 2>/dev/null
 grep -E "^\s+[0-9]+ - .*\(Failed|\(Timeout|\(SEGFAULT|\(Subprocess" "$out/ctest.log" 2>/dev/null | head -20
+for f in "$out"/bench-*.log; do [ -f "$f" ] && { echo "-- $f"; grep -A12 "^model" "$f"; }; done
 printf '%s\n' "${rows[@]}"

@@ -3,6 +3,12 @@
 // the HF-exact rope inverse frequencies.
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+
 #include <cmath>
 #include <initializer_list>
 
@@ -114,9 +120,49 @@ static int64_t ptr_align(std::initializer_list<const tensor*> ts) {
     return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256
 }
 
+namespace {
+std::atomic<bool> g_profiling{false};
+std::mutex g_profile_mu;
+std::map<std::string, op_profile_entry> g_profile;
+}  // namespace
+
+void set_op_profiling(bool on) { g_profiling = on; }
+
+std::vector<op_profile_entry> op_profile() {
+    std::lock_guard<std::mutex> lk(g_profile_mu);
+    std::vector<op_profile_entry> v;
+    for (const auto& e : g_profile) v.push_back(e.second);
+    std::sort(v.begin(), v.end(), [](const op_profile_entry& x, const op_profile_entry& y) { return x.ms > y.ms; });
+    return v;
+}
+
+void reset_op_profile() {
+    std::lock_guard<std::mutex> lk(g_profile_mu);
+    g_profile.clear();
+}
+
+double backend::time_op(const std::function<void()>& fn) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The tensors in `ts` are the op's operands (the last is the output or, for matmul, the weight):
+// the profile key is the kernel and the last operand's shape.
 static void run(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
     a.align = ptr_align(ts);
-    kernel_registry::instance().select(op, b.device(), a).launch(b, a);
+    const kernel_entry& k = kernel_registry::instance().select(op, b.device(), a);
+    if (!g_profiling) {
+        k.launch(b, a);
+        return;
+    }
+    double ms = b.time_op([&] { k.launch(b, a); });
+    std::string key = k.name + " " + (ts.size() ? (*(ts.end() - 1))->shape_str() : std::string());
+    std::lock_guard<std::mutex> lk(g_profile_mu);
+    op_profile_entry& e = g_profile[key];
+    e.kernel = key;
+    e.calls += 1;
+    e.ms += ms;
 }
 
 // ---- ops ---------------------------------------------------------------------------------------
@@ -232,10 +278,16 @@ void backend::attention(const tensor& q, const tensor& k_cache, const tensor& v_
     run(*this, op, a, {&q, &k_cache, &v_cache, &out});
 }
 
-static matmul_mode resolve_mode(const linear_weight& w, matmul_mode mode) {
+// AUTO: W4A4 when the checkpoint has an input scale and this device has a W4A4 kernel (native
+// FP4 MMA; the CPU oracle), else W4A16 — as vLLM runs NVFP4 checkpoints on pre-Blackwell GPUs
+// through its W4A16 (Marlin) path.
+static matmul_mode resolve_mode(const backend& b, const linear_weight& w, matmul_mode mode) {
     if (w.kind == linear_kind::DENSE) return matmul_mode::DENSE;  // W4A16/W4A4 apply to NVFP4 weights only
     if (mode != matmul_mode::AUTO) return mode;
-    return w.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
+    if (!w.has_input_scale) return matmul_mode::W4A16;
+    for (const auto& c : kernel_registry::instance().candidates("matmul_nvfp4_w4a4", b.device(), nullptr))
+        if (c.eligible) return matmul_mode::W4A4;
+    return matmul_mode::W4A16;
 }
 
 static void check_linear(const backend& b, const linear_weight& w, matmul_mode mode) {
@@ -265,7 +317,7 @@ static void check_linear(const backend& b, const linear_weight& w, matmul_mode m
 
 void backend::matmul(const tensor& x, const linear_weight& w, const tensor& out, matmul_mode mode) {
     const char* op = "matmul";
-    mode = resolve_mode(w, mode);
+    mode = resolve_mode(*this, w, mode);
     check_on(*this, x, op, "x"), check_on(*this, out, op, "out");
     check_rank(x, 2, op, "x"), check_act(x, op, "x"), check_dtype(out, x.type, op, "out");
     TETRA_CHECK(x.dim(1) == w.n_in, "%s: x %s has K = %lld; the weight expects n_in = %lld", op,

@@ -6,6 +6,7 @@
 // backend (bf16 accepted by the plain kernels), bf16 on CUDA; the dtype travels with the tensor.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,26 @@ class backend {
     // dst = src, both on this device, same dtype and numel (asynchronous on CUDA).
     virtual void copy(const tensor& src, const tensor& dst) = 0;
     virtual void synchronize() = 0;
+    // dst (on this device) = dst.nbytes() bytes at `host`, asynchronous on CUDA: `host` must stay
+    // unchanged until the next synchronize()/download(). The persistent-buffer upload of a step.
+    virtual void copy_from_host(const void* host, const tensor& dst) = 0;
+    // Device memory: bytes free now and in total (CPU: MemAvailable and MemTotal).
+    virtual void memory_info(int64_t* free_bytes, int64_t* total_bytes) = 0;
+    // Graphs: capture_graph runs fn() while recording every op it enqueues (no host sync, no
+    // allocation may happen inside) and returns a replayable graph; replay_graph re-issues it on
+    // the same buffers. Backends without graphs (CPU) return nullptr and callers just run fn().
+    virtual std::shared_ptr<void> capture_graph(const std::function<void()>& fn) {
+        (void)fn;
+        return nullptr;
+    }
+    // Runs fn (one kernel launch) and returns its device time in ms, waiting for it (CUDA: events
+    // around it on the stream; CPU: wall time). Only for the op profiler below.
+    virtual double time_op(const std::function<void()>& fn);
+    // false when the graph is stale (memory it used was reallocated): capture again.
+    virtual bool replay_graph(const std::shared_ptr<void>& graph) {
+        (void)graph;
+        return false;
+    }
     // A linear weight ready for this backend's matmul kernels (uploaded, re-laid if the kernels
     // want it). The canonical host bytes stay the truth tests compare against. CPU: identity.
     virtual linear_weight prepare_linear(const linear_weight& host) = 0;
@@ -146,6 +167,18 @@ class backend {
   private:
     device_info dev_;
 };
+
+// ---- op profiler (tetra bench --profile) ---------------------------------------------------------
+// While on, every op launch is timed (and waited for: only for diagnosis, never while capturing a
+// graph) and accumulated per "kernel shape" key.
+struct op_profile_entry {
+    std::string kernel;  // "matmul_nvfp4_w4a16_sm80 [4096, 2048]" (kernel + the last operand's shape)
+    int64_t calls = 0;
+    double ms = 0;
+};
+void set_op_profiling(bool on);
+std::vector<op_profile_entry> op_profile();  // by total time, largest first
+void reset_op_profile();
 
 // The CPU backend: host memory, plain f32-accumulating kernels (the oracle) plus AVX2 fast paths.
 std::unique_ptr<backend> make_cpu_backend();

@@ -17,11 +17,12 @@ namespace {
 // inside a range, depend only on (n, threads)), but chunks are claimed from a shared counter, so
 // whoever is running takes the next unstarted chunk. On an oversubscribed machine a descheduled
 // worker then costs nothing: the caller does its chunk instead of waiting for it to wake.
-// The counter holds (generation << 32 | next chunk) so a worker that wakes late cannot claim a
-// chunk of a later region with a stale view.
+// The counter holds (generation << 32 | chunk count << 16 | next chunk): a worker decides from that
+// one word alone whether a chunk of *its* region is left, so it cannot claim against a later
+// region's count (fn_/n_ are read only after a successful claim, while the region is still open).
 class pool {
   public:
-    explicit pool(int n) : n_threads_(n < 1 ? 1 : n) {
+    explicit pool(int n) : n_threads_(n < 1 ? 1 : n > 4096 ? 4096 : n) {
         for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { work(); });
     }
     ~pool() {
@@ -40,13 +41,12 @@ class pool {
         fn_ = &fn;
         n_ = n;
         const int chunks = int(n < n_threads_ ? n : n_threads_);
-        chunks_.store(chunks, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
         uint32_t gen;
         {
             std::lock_guard<std::mutex> lk(mu_);
             gen = uint32_t(++generation_);
-            claim_.store(uint64_t(gen) << 32, std::memory_order_release);
+            claim_.store(uint64_t(gen) << 32 | uint64_t(chunks) << 16, std::memory_order_release);
         }
         cv_.notify_all();
         while (help(gen)) {
@@ -66,8 +66,7 @@ class pool {
         uint64_t cur = claim_.load(std::memory_order_acquire);
         for (;;) {
             if (uint32_t(cur >> 32) != gen) return false;
-            int idx = int(uint32_t(cur));
-            const int chunks = chunks_.load(std::memory_order_relaxed);
+            const int idx = int(cur & 0xFFFF), chunks = int((cur >> 16) & 0xFFFF);
             if (idx >= chunks) return false;
             if (claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) {
                 int64_t per = (n_ + chunks - 1) / chunks;
@@ -103,7 +102,6 @@ class pool {
     bool stop_ = false;
     std::atomic<uint64_t> claim_{0};
     std::atomic<int> done_{0};
-    std::atomic<int> chunks_{0};
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0;
 };

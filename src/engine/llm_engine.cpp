@@ -243,6 +243,20 @@ llm_engine::llm_engine(loaded_model& m, const engine_config& cfg)
     int64_t n_blocks = cfg_.num_kv_blocks_override;
     if (n_blocks <= 0) {
         int64_t bytes = cfg_.kv_cache_memory;
+        if (bytes <= 0 && m.be->device().kind != device_kind::CPU) {
+            // vLLM's rule: the engine may use gpu_memory_utilization × total; weights and activation
+            // buffers are resident already, so the KV cache gets what is left of that share, minus
+            // a reserve for scratch (attention partials, dequant tiles) and graphs.
+            int64_t free_b = 0, total_b = 0;
+            m.be->memory_info(&free_b, &total_b);
+            const int64_t reserve = int64_t(512) << 20;
+            bytes = free_b - int64_t((1.0 - double(cfg_.gpu_memory_utilization)) * double(total_b)) - reserve;
+            TETRA_CHECK(bytes > 0,
+                        "engine: no GPU memory left for the KV cache: %.2f GiB free of %.2f GiB, gpu_memory_utilization "
+                        "%.2f leaves %.2f GiB after the weights: raise --gpu-memory-utilization or use a smaller model",
+                        double(free_b) / (1 << 30), double(total_b) / (1 << 30), double(cfg_.gpu_memory_utilization),
+                        double(bytes) / (1 << 30));
+        }
         if (bytes <= 0) bytes = std::min<int64_t>(int64_t(1) << 30, int64_t(cfg_.max_num_seqs) * need * block_bytes);
         n_blocks = bytes / block_bytes;
     }

@@ -39,7 +39,8 @@ struct engine_config {
     int block_size = 16;                 // tokens per KV block (--block-size)
     bool enable_prefix_caching = true;   // --enable-prefix-caching (on, as vLLM V1)
     // KV pool size. CPU: kv_cache_memory bytes (0: enough for max_num_seqs full-length sequences,
-    // capped at 1 GiB). GPU (later): gpu_memory_utilization of device memory after weights.
+    // capped at 1 GiB). GPU: kv_cache_memory if given, else what is left of gpu_memory_utilization
+    // × device memory once weights and activation buffers are resident (minus a 512 MiB reserve).
     int64_t kv_cache_memory = 0;
     float gpu_memory_utilization = 0.9f;
     int64_t num_kv_blocks_override = 0;  // > 0: exactly this many KV blocks (tests, benchmarks)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/selftest.h"
+#include "io/dummy_weights.h"
 
 namespace tetra {
 
@@ -22,8 +23,8 @@ bool file_exists(const std::string& p) {
     return ::stat(p.c_str(), &st) == 0;
 }
 
-void read_tokenizer_config(loaded_model& m) {
-    std::string path = m.dir + "/tokenizer_config.json";
+void read_tokenizer_config(loaded_model& m, const std::string& dir) {
+    std::string path = dir + "/tokenizer_config.json";
     if (!file_exists(path)) return;
     std::ifstream f(path);
     std::stringstream ss;
@@ -44,7 +45,34 @@ void progress_line(bool on, const char* what, double t0) {
     TETRA_LOG_INFO("%-28s %6.2f s", what, t - t0);
 }
 
+// Dummy weights follow the config's quantization_config: NVFP4 when it names NVFP4 (as a real
+// ModelOpt / compressed-tensors NVFP4 checkpoint's config.json does), else bf16.
+std::string dummy_quant(const model_config& c) {
+    std::ifstream f(c.path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_object() && j.contains("quantization_config") && j["quantization_config"].dump().find("NVFP4") != std::string::npos)
+        return "nvfp4";
+    if (j.is_object() && j.contains("quantization_config") && j["quantization_config"].dump().find("nvfp4") != std::string::npos)
+        return "nvfp4";
+    return "bf16";
+}
+
 }  // namespace
+
+std::unique_ptr<backend> make_backend(const std::string& device) {
+    if (device == "cpu") return make_cpu_backend();
+    if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend();
+    if (device == "cuda") return make_cuda_backend(0);
+    if (device.rfind("cuda:", 0) == 0) {
+        const std::string idx = device.substr(5);
+        TETRA_CHECK(!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos && idx.size() < 4,
+                    "--device '%s': expected cuda:N with a device index N", device.c_str());
+        return make_cuda_backend(std::stoi(idx));
+    }
+    TETRA_FAIL("--device '%s' is not a device; expected auto, cpu, cuda or cuda:N", device.c_str());
+}
 
 std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_options& opt) {
     using clock = std::chrono::steady_clock;
@@ -55,9 +83,19 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     m->dir = dir;
     m->config = load_model_config(dir);
     progress_line(opt.progress, "config", t0);
-    m->weights = load_weights(dir);
+    if (opt.load_format == "dummy") {
+        dummy_options d;
+        d.seed = opt.seed;
+        d.quant = dummy_quant(m->config);
+        m->weights = make_dummy_weights(m->config, d);
+    } else {
+        TETRA_CHECK(opt.load_format == "auto" || opt.load_format == "safetensors",
+                    "--load-format '%s' is not supported; expected auto, safetensors or dummy", opt.load_format.c_str());
+        m->weights = load_weights(dir);
+    }
     progress_line(opt.progress, ("weights (" + m->weights.format + ")").c_str(), t0);
-    m->be = make_cpu_backend();
+    m->be = make_backend(opt.device);
+    if (opt.progress) TETRA_LOG_INFO("device: %s", m->be->device().name.c_str());
     model_options mo;
     mo.max_tokens = opt.max_tokens;
     mo.mode = opt.mode;
@@ -72,12 +110,13 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     m->model = create_model(m->config, m->weights, *m->be, mo);
     run_selftest(m->config, m->weights, *m->be, {opt.skip_selftest, opt.max_tokens, opt.mode});
     progress_line(opt.progress, "model prepared", t0);
-    m->tok = tokenizer::load_dir(dir);
-    read_tokenizer_config(*m);
-    if (!opt.chat_template_file.empty() || file_exists(dir + "/tokenizer_config.json") ||
-        file_exists(dir + "/chat_template.jinja")) {
+    const std::string tok_dir = opt.tokenizer_dir.empty() ? dir : opt.tokenizer_dir;
+    if (opt.require_tokenizer || file_exists(tok_dir + "/tokenizer.json")) m->tok = tokenizer::load_dir(tok_dir);
+    read_tokenizer_config(*m, tok_dir);
+    if (!opt.chat_template_file.empty() || file_exists(tok_dir + "/tokenizer_config.json") ||
+        file_exists(tok_dir + "/chat_template.jinja")) {
         try {
-            m->templates = load_chat_templates(dir, opt.chat_template_file);
+            m->templates = load_chat_templates(tok_dir, opt.chat_template_file);
         } catch (const error&) {
             if (!opt.chat_template_file.empty()) throw;  // the user asked for this file
         }
@@ -85,7 +124,7 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     std::string gc_path = dir + "/generation_config.json";
     if (file_exists(gc_path)) m->gen = load_generation_config(gc_path);
     m->defaults = default_sampling_params(m->gen, m->config.eos_token_ids);
-    if (m->defaults.eos_token_ids.empty() && m->tok->eos_id() >= 0) m->defaults.eos_token_ids.push_back(m->tok->eos_id());
+    if (m->defaults.eos_token_ids.empty() && m->tok && m->tok->eos_id() >= 0) m->defaults.eos_token_ids.push_back(m->tok->eos_id());
     m->max_model_len = opt.max_model_len > 0 ? opt.max_model_len : std::min<int64_t>(m->config.max_position, 8192);
     TETRA_CHECK(m->max_model_len <= m->config.max_position,
                 "--max-model-len %lld exceeds the model's max_position_embeddings %lld (%s)", (long long)m->max_model_len,

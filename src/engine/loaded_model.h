@@ -21,7 +21,15 @@ struct load_options {
     matmul_mode mode = matmul_mode::AUTO;
     bool progress = true;
     bool skip_selftest = false;      // --skip-selftest: kernels are not checked at load (warns)
+    std::string device = "auto";     // auto (CUDA device 0 if any, else CPU) | cpu | cuda | cuda:N
+    std::string load_format = "auto";  // auto | safetensors | dummy (seeded random weights from config.json)
+    uint64_t seed = 0;               // dummy weights' seed
+    std::string tokenizer_dir;       // --tokenizer: tokenizer.json from here instead of the model dir
+    bool require_tokenizer = true;   // false: a model without tokenizer loads with tok == nullptr (bench)
 };
+
+// The backend named by a --device value (auto | cpu | cuda | cuda:N); errors name the value.
+std::unique_ptr<backend> make_backend(const std::string& device);
 
 struct loaded_model {
     std::string dir;

@@ -3,6 +3,9 @@
 // block_pool: the free list of KV blocks (the server's block manager builds on it).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "model/model.h"
@@ -33,20 +36,57 @@ struct seq_chunk {
     bool all_logits = false;  // logits for every token (perplexity) instead of the last only
 };
 
+// Each step's metadata goes into one persistent device buffer (one host→device copy, no
+// allocation). On a backend with graphs (CUDA), a decode step (one new token per sequence, last
+// logits only) replays a graph captured per (sequence bucket, block-table-width bucket): the batch
+// is padded to the bucket with inert rows (kv slot −1, position 0) whose outputs are ignored.
 class model_runner {
   public:
     model_runner(causal_lm& m, backend& be, kv_cache& kv) : model_(m), be_(be), kv_(kv) {}
     // logits: f32 [n_rows, n_vocab] row-major, rows in chunk order (1 per chunk, or n when all_logits).
     // Total tokens must not exceed the model's max_tokens.
     const std::vector<float>& run(const std::vector<seq_chunk>& chunks);
+    // Greedy fast path: the argmax of each logits row, computed on the device (only the ids come
+    // back to the host). Same rows as run().
+    const std::vector<int32_t>& run_argmax(const std::vector<seq_chunk>& chunks);
     causal_lm& model() { return model_; }
+    // Graph replay for decode steps (default on; it only applies where the backend has graphs).
+    void set_graphs(bool on) { graphs_on_ = on; }
+    int64_t graph_replays() const { return replays_; }
+    size_t graphs_captured() const { return graphs_.size(); }
 
   private:
+    struct layout {  // offsets (in i32 elements) of one step's metadata in the buffer
+        int64_t n_tokens = 0, n_seqs = 0, width = 0, n_logits = 0;
+        int64_t ids = 0, pos = 0, slots = 0, rows = 0, cu = 0, lens = 0, tables = 0, total = 0;
+    };
+    static layout make_layout(int64_t n_tokens, int64_t n_seqs, int64_t width, int64_t n_logits);
+    forward_batch batch_views(const layout& L, int max_q, int max_kv);
+    void fill(const layout& L, const std::vector<seq_chunk>& chunks);
+    const tensor& logits_f32(const tensor& logits);  // cast into a persistent f32 buffer (no-op for f32)
+    const tensor& argmax_ids(const tensor& logits);   // argmax into a persistent i32 buffer
+    // Runs the step; returns the device result (f32 logits rows, or i32 ids when argmax) and the
+    // number of real rows.
+    const tensor& step(const std::vector<seq_chunk>& chunks, bool argmax, int64_t* n_rows);
+
     causal_lm& model_;
     backend& be_;
     kv_cache& kv_;
     std::vector<float> logits_;
     tensor logits_f32_;
+    tensor logits_f32_view_;
+    tensor ids_, ids_view_;
+    std::vector<int32_t> ids_host_;
+    std::vector<int32_t> meta_host_;
+    tensor meta_dev_;
+    bool graphs_on_ = true;
+    bool graphs_supported_ = true;  // false once the backend returned no graph
+    struct graph_entry {
+        std::shared_ptr<void> graph;
+        tensor result;  // what the graph writes: f32 logits rows or i32 argmax ids
+    };
+    std::map<std::tuple<int64_t, int64_t, bool>, graph_entry> graphs_;
+    int64_t replays_ = 0;
 };
 
 }  // namespace tetra

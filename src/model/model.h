@@ -45,6 +45,7 @@ class causal_lm {
     // logits: [n_logits, n_vocab] act dtype on the device, valid until the next forward.
     virtual const tensor& forward(const forward_batch& b, kv_cache& kv) = 0;
     void set_tap(tap_fn fn) { tap_ = std::move(fn); }
+    bool has_tap() const { return bool(tap_); }
 
   protected:
     causal_lm(const model_config& c, backend& be, int64_t max_tokens, dtype act)

@@ -3,6 +3,8 @@
 // against the hardware-independent definition on all 2^16 codes.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 
@@ -81,6 +83,27 @@ TEST(core, parallel_for_covers_range_once) {
         parallel_for(n, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) hits[size_t(i)]++; });
         for (int h : hits) ASSERT_EQ(h, 1);
     }
+}
+
+// Many back-to-back regions of varying size on an oversubscribed pool (16 threads on a 2-core CI
+// machine): workers wake late, between regions, while the next one is being set up. Every index
+// of every region must run exactly once, and only inside its own region (the first version of
+// the work-sharing pool let a late worker claim a chunk against the next region's chunk count).
+TEST(core, parallel_for_many_regions_oversubscribed) {
+    set_num_threads(16);
+    std::vector<std::atomic<int>> hits(64);
+    for (int it = 0; it < 20000; ++it) {
+        const int64_t n = 1 + (it * 7) % 40;
+        for (int64_t i = 0; i < n; ++i) hits[size_t(i)].store(0);
+        std::atomic<int> live{1};
+        parallel_for(n, [&](int64_t b, int64_t e) {
+            ASSERT_EQ(live.load(), 1) << "a chunk ran after its region returned";
+            for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+        });
+        live.store(0);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "region " << it << " index " << i;
+    }
+    set_num_threads(0);
 }
 
 TEST(core, env_rejects_unknown_tetra_variable) {

@@ -1,5 +1,6 @@
 // The CPU backend: host memory (upload is zero-copy), synchronous ops, and the registration list
 // of the CPU op tables — one line per op file; kernels are added inside their op's file.
+#include <cstdio>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -61,6 +62,26 @@ class cpu_backend final : public backend {
     }
 
     void synchronize() override {}
+
+    void copy_from_host(const void* host, const tensor& dst) override {
+        TETRA_CHECK(dst.device == device_kind::CPU, "cpu backend: copy_from_host into a cuda tensor %s",
+                    dst.shape_str().c_str());
+        if (dst.nbytes()) std::memmove(dst.data, host, dst.nbytes());
+    }
+
+    // /proc/meminfo MemAvailable / MemTotal (kB); 0 when unreadable (non-Linux).
+    void memory_info(int64_t* free_bytes, int64_t* total_bytes) override {
+        *free_bytes = *total_bytes = 0;
+        std::FILE* f = std::fopen("/proc/meminfo", "r");
+        if (!f) return;
+        char key[64];
+        long long kb = 0;
+        while (std::fscanf(f, "%63s %lld kB", key, &kb) == 2) {
+            if (std::strcmp(key, "MemTotal:") == 0) *total_bytes = int64_t(kb) * 1024;
+            if (std::strcmp(key, "MemAvailable:") == 0) *free_bytes = int64_t(kb) * 1024;
+        }
+        std::fclose(f);
+    }
 
     linear_weight prepare_linear(const linear_weight& host) override { return host; }
 };

@@ -9,6 +9,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul_launch.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tetra {
@@ -80,6 +82,7 @@ class cuda_backend final : public backend {
     ~cuda_backend() override {
         cudaStreamSynchronize(stream_);
         scratch_.reset();
+        if (ev0_) cudaEventDestroy(ev0_), cudaEventDestroy(ev1_);
         cudaStreamDestroy(stream_);
     }
 
@@ -128,15 +131,86 @@ class cuda_backend final : public backend {
 
     void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-    // Uploads the canonical layout unchanged; matmul kernels that want another layout re-lay it in
-    // their own prepare step (docs/cuda-backend.md).
+    void copy_from_host(const void* host, const tensor& dst) override {
+        TETRA_CHECK(dst.device == device_kind::CUDA, "cuda backend: copy_from_host into a host tensor %s",
+                    dst.shape_str().c_str());
+        if (dst.nbytes()) CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    }
+
+    void memory_info(int64_t* free_bytes, int64_t* total_bytes) override {
+        CUDA_CHECK(cudaSetDevice(device_));
+        size_t f = 0, t = 0;
+        CUDA_CHECK(cudaMemGetInfo(&f, &t));
+        *free_bytes = int64_t(f), *total_bytes = int64_t(t);
+    }
+
+    // NVFP4 weights are re-laid for matmul_nvfp4_w4a16_sm80 (the CUDA NVFP4 kernels read that
+    // layout); dense weights are uploaded as bf16 (the activation dtype of this backend).
     linear_weight prepare_linear(const linear_weight& host) override {
+        if (host.kind == linear_kind::NVFP4 && host.codes.device == device_kind::CPU)
+            return matmul_nvfp4_w4a16_sm80_prepare(*this, host);
         linear_weight w = host;
-        auto up = [&](tensor& t) {
-            if (!t.empty() && t.device == device_kind::CPU) t = upload(t);
-        };
-        up(w.dense), up(w.codes), up(w.scales);
+        if (!w.dense.empty() && w.dense.device == device_kind::CPU) {
+            if (w.dense.type == dtype::F32 || w.dense.type == dtype::F16) {
+                tensor b = tensor::alloc(dtype::BF16, w.dense.shape);
+                cast_to_bf16_host(w.dense, b);
+                w.dense = upload(b);
+                synchronize();  // b dies here
+            } else {
+                w.dense = upload(w.dense);
+            }
+        }
         return w;
+    }
+
+    // Graphs are captured in relaxed mode (kernels set their smem attributes on first use) and
+    // tagged with the scratch epoch: a scratch reallocation frees the memory a graph points at,
+    // so replay_graph refuses a stale graph (the caller re-captures).
+    std::shared_ptr<void> capture_graph(const std::function<void()>& fn) override {
+        CUDA_CHECK(cudaSetDevice(device_));
+        CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+        uint64_t epoch = scratch_epoch_;
+        cudaGraph_t g = nullptr;
+        try {
+            fn();
+        } catch (...) {
+            cudaStreamEndCapture(stream_, &g);
+            if (g) cudaGraphDestroy(g);
+            throw;
+        }
+        CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+        TETRA_CHECK(epoch == scratch_epoch_, "cuda backend: scratch grew during graph capture (warm up first)");
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+        cudaGraphDestroy(g);
+        CUDA_CHECK(e);
+        auto* h = new graph_handle{exec, epoch};
+        return std::shared_ptr<void>(h, [](void* p) {
+            auto* gh = static_cast<graph_handle*>(p);
+            cudaGraphExecDestroy(gh->exec);
+            delete gh;
+        });
+    }
+
+    double time_op(const std::function<void()>& fn) override {
+        if (!ev0_) {
+            CUDA_CHECK(cudaEventCreate(&ev0_));
+            CUDA_CHECK(cudaEventCreate(&ev1_));
+        }
+        CUDA_CHECK(cudaEventRecord(ev0_, stream_));
+        fn();
+        CUDA_CHECK(cudaEventRecord(ev1_, stream_));
+        CUDA_CHECK(cudaEventSynchronize(ev1_));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0_, ev1_));
+        return double(ms);
+    }
+
+    bool replay_graph(const std::shared_ptr<void>& graph) override {
+        auto* gh = static_cast<graph_handle*>(graph.get());
+        if (!gh || gh->epoch != scratch_epoch_) return false;
+        CUDA_CHECK(cudaGraphLaunch(gh->exec, stream_));
+        return true;
     }
 
     void* scratch(size_t bytes) {
@@ -145,6 +219,7 @@ class cuda_backend final : public backend {
             scratch_.reset();
             scratch_ = device_alloc(device_, bytes);
             scratch_bytes_ = bytes;
+            ++scratch_epoch_;
         }
         return scratch_.get();
     }
@@ -154,6 +229,18 @@ class cuda_backend final : public backend {
     cudaStream_t stream_ = nullptr;
     std::shared_ptr<void> scratch_;
     size_t scratch_bytes_ = 0;
+    uint64_t scratch_epoch_ = 0;
+    cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
+    struct graph_handle {
+        cudaGraphExec_t exec;
+        uint64_t epoch;
+    };
+
+    static void cast_to_bf16_host(const tensor& src, tensor& dst) {
+        uint16_t* o = dst.ptr<uint16_t>();
+        for (int64_t i = 0; i < src.numel(); ++i)
+            o[i] = f32_to_bf16(src.type == dtype::F32 ? src.ptr<float>()[i] : f16_to_f32(src.ptr<uint16_t>()[i]));
+    }
 };
 
 cuda_backend& as_cuda(backend& b) {

@@ -1,0 +1,223 @@
+// tetra bench: prefill and decode throughput of a model (or a config.json with --load-format dummy)
+// on its device, against the roofline. Decode at batch B: B sequences with a prompt of
+// --input-len tokens each, then --output-len greedy steps through the engine's model_runner (CUDA
+// graphs on the GPU; argmax on the device). Bytes per step = the weights (once per step) + every
+// sequence's KV read by attention; % of roofline = (bytes / step time) / the device's read
+// bandwidth measured in-process (backend/membw.h). Prefill: one sequence of --input-len tokens in
+// --max-num-batched-tokens chunks. Results go to stdout as a table, or JSON with --json.
+#include <chrono>
+#include <functional>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "backend/membw.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "common.h"
+#include "engine/runner.h"
+#include "model/footprint.h"
+
+namespace tetra {
+
+namespace {
+
+struct bench_flags {
+    std::string batches = "1";
+    int input_len = 128, output_len = 64, warmup = 4;
+    bool json = false, no_graphs = false, profile = false;
+};
+
+std::vector<int64_t> parse_list(const std::string& s) {
+    std::vector<int64_t> v;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        size_t pos = 0;
+        long long x = 0;
+        try {
+            x = std::stoll(item, &pos);
+        } catch (const std::exception&) {
+            pos = 0;
+        }
+        if (pos != item.size() || x < 1) throw cli_error("--batch '" + s + "': '" + item + "' is not a positive integer", "e.g. --batch 1,8,32");
+        v.push_back(x);
+    }
+    if (v.empty()) throw cli_error("--batch is empty", "e.g. --batch 1,8,32");
+    return v;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct decode_result {
+    int64_t batch = 0;
+    double step_ms = 0, tok_s = 0, bytes_per_step = 0, roofline_pct = 0;
+};
+
+// B sequences: prefill input_len tokens each (chunked by the model's max_tokens), then timed
+// greedy decode steps.
+decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, const bench_flags& f, int64_t B,
+                           const model_footprint& fp, double bw, bool graphs,
+                           const std::function<void()>& at_timed_steps = nullptr) {
+    model_runner runner(*m.model, *m.be, kv);
+    runner.set_graphs(graphs);
+    std::mt19937 rng(1234);
+    const int64_t vocab = m.config.n_vocab, total = f.input_len + f.warmup + f.output_len;
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), prompts(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s) {
+        if (!pool.grow(tables[size_t(s)], total, kv.block_size))
+            throw cli_error(strfmt("the KV cache is too small for batch %lld × %lld tokens", (long long)B, (long long)total),
+                            "lower --batch, --input-len or --output-len");
+        for (int i = 0; i < f.input_len; ++i) prompts[size_t(s)].push_back(int32_t(rng() % uint32_t(vocab)));
+    }
+    const int64_t chunk = m.model->max_tokens();
+    for (int64_t s = 0; s < B; ++s)
+        for (int64_t p = 0; p < f.input_len; p += chunk) {
+            seq_chunk c{&tables[size_t(s)], p, prompts[size_t(s)].data() + p, std::min<int64_t>(chunk, f.input_len - p)};
+            runner.run_argmax({c});
+        }
+    std::vector<int32_t> next(size_t(B), 1);
+    auto decode_step = [&](int64_t pos) {
+        std::vector<seq_chunk> cs;
+        for (int64_t s = 0; s < B; ++s) cs.push_back(seq_chunk{&tables[size_t(s)], pos, &next[size_t(s)], 1});
+        const std::vector<int32_t>& ids = runner.run_argmax(cs);
+        for (int64_t s = 0; s < B; ++s) next[size_t(s)] = ids[size_t(s)];
+    };
+    int64_t pos = f.input_len;
+    for (int i = 0; i < f.warmup; ++i) decode_step(pos++);
+    m.be->synchronize();
+    if (at_timed_steps) at_timed_steps();
+    double t0 = now_s();
+    double kv_tokens = 0;
+    for (int i = 0; i < f.output_len; ++i) {
+        kv_tokens += double(B) * double(pos + 1);
+        decode_step(pos++);
+    }
+    double dt = now_s() - t0;
+    for (auto& t : tables) pool.release(t);
+    decode_result r;
+    r.batch = B;
+    r.step_ms = 1e3 * dt / f.output_len;
+    r.tok_s = double(B) * f.output_len / dt;
+    r.bytes_per_step = double(fp.weight_bytes) + kv_tokens / f.output_len * double(fp.kv_bytes_per_token);
+    r.roofline_pct = bw > 0 ? 100.0 * (r.bytes_per_step / (dt / f.output_len)) / bw : 0;
+    return r;
+}
+
+// Per-kernel device time of decode steps at batch B (graphs off, every launch timed and waited
+// for): where a step's time goes. Printed as a table, largest first.
+void profile_decode(loaded_model& m, kv_cache& kv, block_pool& pool, const bench_flags& f, int64_t B) {
+    bench_flags pf = f;
+    pf.output_len = 8;
+    pf.warmup = 1;
+    bench_decode(m, kv, pool, pf, B, model_footprint{}, 0, false, [] {
+        reset_op_profile();
+        set_op_profiling(true);
+    });
+    set_op_profiling(false);
+    std::vector<op_profile_entry> v = op_profile();
+    double total = 0;
+    for (const auto& e : v) total += e.ms;
+    std::printf("profile: batch %lld, %d decode steps, kernel time %.3f ms per step (launches timed one by one)\n"
+                "  %% time  ms/step  calls/step  avg us  kernel [last operand]\n",
+                (long long)B, pf.output_len, total / pf.output_len);
+    for (const auto& e : v)
+        std::printf("  %5.1f  %7.3f  %10.1f  %7.1f  %s\n", 100 * e.ms / total, e.ms / pf.output_len,
+                    double(e.calls) / pf.output_len, 1e3 * e.ms / double(e.calls), e.kernel.c_str());
+}
+
+void bench(const model_flags& mf, const bench_flags& f) {
+    std::vector<int64_t> batches = parse_list(f.batches);
+    if (f.input_len < 1 || f.output_len < 1) throw cli_error("--input-len and --output-len must be >= 1", "e.g. --input-len 128 --output-len 64");
+    model_flags flags = mf;
+    int64_t max_b = *std::max_element(batches.begin(), batches.end());
+    flags.max_tokens_per_step = std::max<int64_t>(flags.max_tokens_per_step, max_b);
+    std::string dir = flags.model.empty() ? default_model_dir() : flags.model;
+    load_options opt;
+    opt.max_tokens = flags.max_tokens_per_step;
+    opt.skip_selftest = flags.skip_selftest;
+    opt.device = flags.device;
+    opt.load_format = flags.load_format;
+    opt.seed = flags.dummy_seed;
+    opt.tokenizer_dir = flags.tokenizer;
+    opt.require_tokenizer = false;
+    opt.progress = !f.json;
+    if (flags.threads > 0) set_num_threads(flags.threads);
+    auto m = load_model(dir, opt);
+    const model_config& c = m->config;
+    const int kv_bytes = int(dtype_size(m->model->act_type()));
+    model_footprint fp = decode_footprint(c, m->weights, kv_bytes);
+    double bw = measure_read_bandwidth(*m->be);
+
+    const int bs = 16;
+    const int64_t per_seq = (f.input_len + f.warmup + f.output_len + bs - 1) / bs;
+    kv_cache kv = kv_cache::create(*m->be, c, per_seq * max_b, bs, m->model->act_type());
+    block_pool pool(per_seq * max_b);
+
+    // Prefill: one sequence of input_len tokens.
+    double prefill_tok_s = 0;
+    {
+        model_runner runner(*m->model, *m->be, kv);
+        std::vector<int32_t> table, prompt(size_t(f.input_len), 7);
+        pool.grow(table, f.input_len, bs);
+        const int64_t chunk = m->model->max_tokens();
+        auto once = [&] {
+            for (int64_t p = 0; p < f.input_len; p += chunk)
+                runner.run_argmax({seq_chunk{&table, p, prompt.data() + p, std::min<int64_t>(chunk, f.input_len - p)}});
+        };
+        once();  // warm-up
+        double t0 = now_s();
+        once();
+        prefill_tok_s = f.input_len / (now_s() - t0);
+        pool.release(table);
+    }
+    std::vector<decode_result> rs;
+    for (int64_t B : batches) rs.push_back(bench_decode(*m, kv, pool, f, B, fp, bw, !f.no_graphs));
+    if (f.profile) profile_decode(*m, kv, pool, f, batches.front());
+
+    if (f.json) {
+        nlohmann::ordered_json j;
+        j["model"] = dir, j["load_format"] = m->weights.format, j["device"] = m->be->device().name;
+        j["read_bandwidth_gbs"] = bw / 1e9, j["weight_bytes_per_step"] = fp.weight_bytes;
+        j["kv_bytes_per_token"] = fp.kv_bytes_per_token, j["input_len"] = f.input_len, j["output_len"] = f.output_len;
+        j["graphs"] = !f.no_graphs, j["prefill_tok_s"] = prefill_tok_s;
+        for (const auto& r : rs)
+            j["decode"].push_back({{"batch", r.batch}, {"ms_per_step", r.step_ms}, {"tok_s", r.tok_s},
+                                   {"bytes_per_step", r.bytes_per_step}, {"roofline_pct", r.roofline_pct}});
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model   %s (%s, %s)\ndevice  %s, measured read bandwidth %.0f GB/s\n", dir.c_str(), c.architecture.c_str(),
+                m->weights.format.c_str(), m->be->device().name.c_str(), bw / 1e9);
+    std::printf("weights %.3f GB read per decode step (lm_head %.3f GB); KV %.1f KiB per cached token\n",
+                fp.weight_bytes / 1e9, fp.lm_head_bytes / 1e9, fp.kv_bytes_per_token / 1024.0);
+    std::printf("prefill %d tokens: %.1f tok/s\n", f.input_len, prefill_tok_s);
+    std::printf("decode (context %d..%d, graphs %s):\n  batch   ms/step     tok/s   GB/step   %% roofline\n", f.input_len,
+                f.input_len + f.warmup + f.output_len, f.no_graphs ? "off" : "on");
+    for (const auto& r : rs)
+        std::printf("  %5lld  %8.3f  %8.1f  %8.3f   %6.1f\n", (long long)r.batch, r.step_ms, r.tok_s, r.bytes_per_step / 1e9,
+                    r.roofline_pct);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+    auto* cmd = app.add_subcommand("bench", "prefill/decode throughput vs the memory roofline (model dir, or config + --load-format dummy)");
+    auto mf = std::make_shared<model_flags>();
+    auto f = std::make_shared<bench_flags>();
+    mf->add(cmd);
+    cmd->add_option("--batch", f->batches, "decode batch sizes, comma-separated (default 1)");
+    cmd->add_option("--input-len", f->input_len, "prompt tokens per sequence (default 128)");
+    cmd->add_option("--output-len", f->output_len, "timed decode steps (default 64)");
+    cmd->add_option("--warmup", f->warmup, "untimed decode steps first (default 4)");
+    cmd->add_flag("--json", f->json, "print JSON");
+    cmd->add_flag("--no-graphs", f->no_graphs, "decode without CUDA graphs (to see the launch overhead)");
+    cmd->add_flag("--profile", f->profile, "per-kernel device time of a few decode steps at the first batch size");
+    cmd->callback([mf, f] { bench(*mf, *f); });
+}
+
+}  // namespace tetra

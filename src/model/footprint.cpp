@@ -1,0 +1,49 @@
+#include "model/footprint.h"
+
+#include <string>
+
+namespace tetra {
+
+namespace {
+
+int64_t linear_bytes(const linear_weight& l) {
+    if (l.kind == linear_kind::NVFP4) return l.n_out * l.n_in / 2 + l.n_out * l.n_in / 16;
+    return l.n_out * l.n_in * int64_t(dtype_size(l.dense.type));
+}
+
+}  // namespace
+
+model_footprint decode_footprint(const model_config& c, model_weights& w, int kv_dtype_bytes) {
+    model_footprint f;
+    auto add = [&](const std::string& module, bool dense_ok, int64_t share_num = 1, int64_t share_den = 1) {
+        const linear_weight& l = w.linear(module, dense_ok);
+        f.weight_bytes += linear_bytes(l) * share_num / share_den;
+        f.n_params += l.n_out * l.n_in * share_num / share_den;
+    };
+    static const char* const attn[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
+    static const char* const mlp[] = {"gate_proj", "up_proj", "down_proj"};
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        const std::string p = "model.layers." + std::to_string(il) + ".";
+        for (const char* m : attn) add(p + m, false);
+        if (!c.is_moe_layer(il)) {
+            for (const char* m : mlp) add(p + "mlp." + m, false);
+            continue;
+        }
+        // MoE: the router, n_expert_used of the n_expert experts (all experts have the same size, so
+        // expert 0 stands for each), and the shared expert with its gate.
+        add(p + "mlp.gate", true);
+        for (const char* m : mlp) add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
+        if (c.n_ff_shexp > 0) {
+            for (const char* m : mlp) add(p + "mlp.shared_expert." + m, false);
+            add(p + "mlp.shared_expert_gate", true);
+        }
+    }
+    const linear_weight& head = w.linear(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", true);
+    f.lm_head_bytes = linear_bytes(head);
+    f.weight_bytes += f.lm_head_bytes;
+    f.n_params += head.n_out * head.n_in;
+    f.kv_bytes_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * int64_t(kv_dtype_bytes);
+    return f;
+}
+
+}  // namespace tetra

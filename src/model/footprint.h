@@ -1,0 +1,23 @@
+// footprint: what one decode step must read from memory — the roofline's numerator. Weights:
+// every linear (NVFP4 codes + scales, or dense bytes) and the lm_head, read once per step whatever
+// the batch (MoE: the router, top-k experts and the shared expert: the active bytes of one
+// token); KV: per sequence, 2 · n_layer · n_head_kv · head_dim · dtype bytes per cached token.
+#pragma once
+#include <cstdint>
+
+#include "io/weights.h"
+#include "model/model_config.h"
+
+namespace tetra {
+
+struct model_footprint {
+    int64_t weight_bytes = 0;        // read per decode step (all layers' linears + lm_head)
+    int64_t lm_head_bytes = 0;       // part of weight_bytes
+    int64_t kv_bytes_per_token = 0;  // per cached token of one sequence, read by attention each step
+    int64_t n_params = 0;            // parameters of the linears (for reporting)
+};
+
+// kv_dtype_bytes: bytes per KV element (2 for bf16, 4 for f32).
+model_footprint decode_footprint(const model_config& c, model_weights& w, int kv_dtype_bytes);
+
+}  // namespace tetra
