@@ -33,7 +33,8 @@ linear_weight load_linear(model_weights& w, backend& be, const std::string& modu
 class dense_decoder final : public causal_lm {
   public:
     dense_decoder(const model_config& c, decoder_weights w, backend& be, const model_options& opt)
-        : causal_lm(c, be, opt.max_tokens, be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16),
+        : causal_lm(c, be, opt.max_tokens,
+                    opt.act ? *opt.act : be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16),
           w_(std::move(w)), mode_(opt.mode) {
         int64_t n = max_tokens_, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
         residual_ = be.alloc(act_, {n, c.n_embd});

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ class causal_lm {
 struct model_options {
     int64_t max_tokens = 512;  // rows per forward (max_num_batched_tokens)
     matmul_mode mode = matmul_mode::AUTO;
+    // Activation dtype; unset = the backend's default (f32 on the CPU, bf16 on CUDA). A CPU model
+    // with bf16 activations rounds where the GPU rounds: the like-for-like oracle of a GPU run.
+    std::optional<dtype> act;
     // Called after each layer's weights are prepared: (layers done, n_layer). For progress bars.
     std::function<void(int64_t, int64_t)> progress;
 };

@@ -1,6 +1,6 @@
 // The whole forward on the CUDA backend against the CPU oracle, on seeded dummy NVFP4 weights of
-// real configurations (configs/): every tap (per layer) within an NMSE bound, then 64 greedy steps
-// whose tokens must be identical, with and without CUDA graphs.
+// real configurations (configs/): every tap (per layer) within an NMSE bound of the f32 oracle, then
+// 64 greedy steps whose tokens must equal the bf16-activation CPU oracle's, with and without graphs.
 // Tolerance: the GPU keeps activations in bf16 (each op's output rounded to 8 significant bits,
 // relative error ≤ 2^-9) while the CPU oracle keeps f32; over 30+ layers the rounding adds up to
 // an NMSE of ~1e-4 (measured values are printed). 1e-2 leaves room for that and still fails any
@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "backend/backend.h"
 #include "engine/runner.h"
@@ -45,11 +46,13 @@ struct side {
     std::unique_ptr<kv_cache> kv;
 };
 
-side make_side(std::unique_ptr<backend> be, const model_config& c, model_weights& w, int64_t n_blocks) {
+side make_side(std::unique_ptr<backend> be, const model_config& c, model_weights& w, int64_t n_blocks,
+               std::optional<dtype> act = std::nullopt) {
     side s;
     s.be = std::move(be);
     model_options mo;
     mo.max_tokens = 64;
+    mo.act = act;
     s.lm = create_model(c, w, *s.be, mo);
     s.kv = std::make_unique<kv_cache>(kv_cache::create(*s.be, c, n_blocks, 16, s.lm->act_type()));
     return s;
@@ -86,6 +89,7 @@ void check_config(const std::string& name) {
     std::fprintf(stderr, "[%s] dummy weights ready\n", name.c_str());
     const int64_t n_blocks = 16;  // 256 tokens per side
     side cpu = make_side(make_cpu_backend(), c, w, n_blocks), gpu = make_side(make_cuda_backend(0), c, w, n_blocks);
+    side cpu16 = make_side(make_cpu_backend(), c, w, n_blocks, dtype::BF16);
 
     std::fprintf(stderr, "[%s] models ready\n", name.c_str());
     // 1. Taps of a 24-token prefill.
@@ -118,7 +122,10 @@ void check_config(const std::string& name) {
     cpu.lm->set_tap(nullptr);
     gpu.lm->set_tap(nullptr);
 
-    // 2. 64 greedy steps after the prompt: CPU (f32) vs GPU with graphs vs GPU without.
+    // 2. 64 greedy steps after the prompt: the CPU oracle with bf16 activations (rounding where the
+    // GPU rounds; f32 accumulation) vs the GPU with graphs vs without. Against the f32 CPU the
+    // tokens are only reported: on a random model the top-2 logits of a 150k vocabulary come within
+    // the bf16 rounding of the activations (~1e-2) in a few of 65 steps, and a flip there is not a bug.
     auto greedy = [&](side& s, bool graphs, double* min_gap) {
         model_runner r(*s.lm, *s.be, *s.kv);
         r.set_graphs(graphs);
@@ -148,18 +155,23 @@ void check_config(const std::string& name) {
         if (graphs) EXPECT_GT(r.graph_replays(), 50) << "decode steps did not replay a graph";
         return out;
     };
-    double gap = INFINITY;
-    std::vector<int32_t> t_cpu = greedy(cpu, false, &gap);
+    double gap = INFINITY, gap32 = INFINITY;
+    std::vector<int32_t> t_cpu32 = greedy(cpu, false, &gap32);
+    std::vector<int32_t> t_cpu = greedy(cpu16, false, &gap);
     std::vector<int32_t> t_gpu_nograph = greedy(gpu, false, nullptr);
     std::vector<int32_t> t_gpu = greedy(gpu, true, nullptr);
-    std::printf("[%s] smallest CPU top-1/top-2 logit gap over 65 steps: %.4f\n", name.c_str(), gap);
+    int agree32 = 0;
+    while (agree32 < int(t_cpu32.size()) && t_cpu32[size_t(agree32)] == t_gpu[size_t(agree32)]) ++agree32;
+    std::printf("[%s] smallest top-1/top-2 logit gap over 65 steps: CPU bf16 %.4f, CPU f32 %.4f; GPU equals the "
+                "f32 CPU for the first %d of 64 steps\n", name.c_str(), gap, gap32, agree32);
     int first_diff = -1;
     for (size_t i = 0; i < t_cpu.size(); ++i)
         if (t_cpu[i] != t_gpu[i]) {
             first_diff = int(i);
             break;
         }
-    EXPECT_EQ(t_cpu, t_gpu) << name << ": GPU (graphs) greedy tokens differ from the CPU at step " << first_diff;
+    EXPECT_EQ(t_cpu, t_gpu) << name << ": GPU (graphs) greedy tokens differ from the bf16 CPU oracle at step "
+                            << first_diff;
     EXPECT_EQ(t_gpu_nograph, t_gpu) << name << ": graph replay changed the tokens";
 }
 
