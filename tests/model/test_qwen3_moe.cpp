@@ -4,7 +4,8 @@
 // referenced by transformers' Qwen3NextSparseMoeBlock). bf16 weights teacher-forced in one chunk,
 // in 24-row chunks and one token per step; then `tetra quantize` (ModelOpt and compressed-tensors)
 // of the same checkpoints run by the engine vs transformers on the dequantized weights. Also the
-// MoE config keys, the per-expert gate/up global-scale sharing of the quantizer, and load errors.
+// MoE config keys, the per-expert gate/up global-scale sharing of the quantizer, load errors, and
+// the start-up self-test's MoE cases (a wrong MoE kernel is excluded).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -17,12 +18,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "backend/moe.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "engine/selftest.h"
 #include "io/quantize.h"
 #include "io/safetensors.h"
-#include "nvfp4/nvfp4.h"
 #include "model/model.h"
+#include "nvfp4/nvfp4.h"
 
 namespace tetra {
 namespace {
@@ -287,6 +290,49 @@ TEST(qwen3_moe, compressed_tensors_matches_transformers_on_dequantized_weights) 
         EXPECT_LE(s.max_abs, k_max_abs) << v;
         EXPECT_LE(s.nmse, k_nmse) << v;
     }
+}
+
+// The start-up self-test covers the MoE ops the model uses (route, permute, combine, one grouped
+// matmul per expert projection, on the real experts) and catches a wrong MoE kernel: a test-local
+// registry holds every CPU kernel plus "moe_combine_swapped" at top priority, which sums the slots in
+// the right order but swaps the weights of slots 0 and 1. It must be excluded and the plain one chosen.
+void moe_combine_swapped(backend& be, const moe_combine_args& a) {
+    moe_combine_args b = a;
+    tensor w = tensor::alloc(dtype::F32, a.topk_weights.shape);
+    const float* src = a.topk_weights.ptr<float>();
+    for (int64_t t = 0; t < a.n_tokens; ++t)
+        for (int64_t s = 0; s < a.k; ++s) w.ptr<float>()[t * a.k + s] = src[t * a.k + (s < 2 ? 1 - s : s)];
+    b.topk_weights = w;
+    kernel_registry::instance().find("moe_combine_cpu")->launch(be, b);
+}
+
+TEST(qwen3_moe, selftest_covers_moe_ops_and_excludes_a_wrong_kernel) {
+    model_config c = load_model_config(k_moe + "qwen3_moe_shared");
+    model_weights w = load_weights(k_moe + "qwen3_moe_shared");
+    auto be = make_cpu_backend();
+    kernel_registry reg;
+    cpu::register_kernels(reg);
+    kernel_req req;
+    req.device = device_kind::CPU;
+    reg.add(make_kernel<moe_combine_args>("moe_combine", "moe_combine_swapped", req, 100, nullptr, moe_combine_swapped));
+    selftest_options o;
+    o.log = false;
+    selftest_report rep = run_selftest(c, w, *be, o, reg);
+    std::set<std::string> ops;
+    for (const selftest_result& r : rep.results)
+        if (r.passed) ops.insert(r.op);
+    for (const char* op : {"moe_route", "moe_permute", "moe_combine", "moe_matmul_dense"})
+        EXPECT_TRUE(ops.count(op)) << op << " not self-tested";
+    ASSERT_EQ(rep.excluded.size(), 1u);
+    EXPECT_NE(rep.excluded[0].find("moe_combine_swapped"), std::string::npos) << rep.excluded[0];
+    bool chose_plain = false;
+    for (const selftest_choice& ch : rep.chosen) chose_plain |= ch.op == "moe_combine" && ch.kernel == "moe_combine_cpu";
+    EXPECT_TRUE(chose_plain);
+    std::string classes;  // the routers and the shared expert are matmul cases of their own
+    for (const selftest_choice& ch : rep.chosen) classes += ch.classes + ";";
+    for (const char* m : {"mlp.gate", "mlp.shared_expert.down_proj", "mlp.shared_expert_gate", "mlp.experts.gate_proj",
+                          "mlp.experts.down_proj", "mlp.down_proj"})
+        EXPECT_NE(classes.find(m), std::string::npos) << m << " missing in " << classes;
 }
 
 }  // namespace

@@ -1,0 +1,19 @@
+// moe_matmul_nvfp4_w4a4_cpu: the W4A4 grouped-matmul oracle (activations fake-quantized with each expert's G).
+// The grouped driver (moe_matmul_dense_cpu.cpp) running matmul_nvfp4_w4a4_cpu on each expert's rows.
+#include "backend/cpu/moe_kernels.h"
+
+namespace tetra {
+namespace cpu {
+
+// x: [n_rows, K] act; experts: [N, K]; out: [n_rows, N] act
+static void moe_matmul_nvfp4_w4a4_cpu(backend& be, const moe_matmul_args& a) {
+    moe_matmul_grouped(be, a, "matmul_nvfp4_w4a4_cpu");
+}
+
+kernel_entry moe_matmul_nvfp4_w4a4_cpu_entry() {
+    return make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a4", "moe_matmul_nvfp4_w4a4_cpu", plain_req(), 0, nullptr,
+                                        moe_matmul_nvfp4_w4a4_cpu);
+}
+
+}  // namespace cpu
+}  // namespace tetra
