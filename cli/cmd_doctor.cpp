@@ -7,12 +7,13 @@
 // working kernel here.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "backend/cuda_info.h"
+#include "backend/membw.h"
 #include "backend/registry.h"
 #include "commands.h"
 #include "core/error.h"
@@ -33,10 +34,6 @@ struct doctor_args {
     bool json = false;
 };
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string cpu_model_name() {
     std::ifstream f("/proc/cpuinfo");
     std::string line;
@@ -44,49 +41,6 @@ std::string cpu_model_name() {
         if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
             return line.substr(line.find(':') + 2);
     return "unknown CPU";
-}
-
-// Host memory read bandwidth: all threads sum disjoint parts of a 256 MiB buffer (well beyond any
-// last-level cache); best of 5 passes after one warm-up, in GB/s (1e9 bytes/s).
-double cpu_read_bandwidth_gbs() {
-    const size_t n = (size_t(256) << 20) / sizeof(uint64_t);
-    std::vector<uint64_t> buf(n, 1);
-    double best = 0;
-    for (int rep = 0; rep < 6; ++rep) {
-        std::vector<uint64_t> partial(size_t(num_threads()) * 8 + 8, 0);
-        double t0 = now_s();
-        parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
-            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            int64_t i = b;
-            for (; i + 4 <= e; i += 4)
-                s0 += buf[size_t(i)], s1 += buf[size_t(i + 1)], s2 += buf[size_t(i + 2)], s3 += buf[size_t(i + 3)];
-            for (; i < e; ++i) s0 += buf[size_t(i)];
-            partial[size_t(b * 8 / int64_t(n)) % partial.size()] += s0 + s1 + s2 + s3;  // keep the loads
-        });
-        double dt = now_s() - t0;
-        uint64_t total = 0;
-        for (uint64_t p : partial) total += p;
-        if (total != n) TETRA_LOG_WARN("doctor: bandwidth buffer sum %llu != %zu", (unsigned long long)total, n);
-        if (rep > 0) best = std::max(best, double(n * sizeof(uint64_t)) / dt / 1e9);
-    }
-    return best;
-}
-
-// Device copy bandwidth through the backend (read + write of 256 MiB), best of 5: the generic
-// measurement for a device the host cannot read directly.
-double device_copy_bandwidth_gbs(backend& be) {
-    int64_t n = int64_t(64) << 20;  // f32 elements
-    tensor a = be.alloc(dtype::F32, {n}), b = be.alloc(dtype::F32, {n});
-    double best = 0;
-    for (int rep = 0; rep < 6; ++rep) {
-        be.synchronize();
-        double t0 = now_s();
-        be.copy(a, b);
-        be.synchronize();
-        double dt = now_s() - t0;
-        if (rep > 0) best = std::max(best, 2.0 * double(n) * 4 / dt / 1e9);
-    }
-    return best;
 }
 
 json device_json(backend& be) {
@@ -98,17 +52,28 @@ json device_json(backend& be) {
 #else
     j["cuda"] = "no CUDA backend in this build";
 #endif
-    // Driver/runtime versions need CUDA API calls the backend interface does not expose yet.
-    j["driver_version"] = d.kind == device_kind::CPU ? "n/a" : "not reported by the backend";
-    j["runtime_version"] = d.kind == device_kind::CPU ? "n/a" : "not reported by the backend";
+    // Versions of the machine's CUDA stack (whichever device is checked): the driver's CUDA version
+    // must be ≥ the runtime's, else every CUDA call fails.
+    cuda_version_info v = cuda_versions();
+    if (!v.built_with_cuda) {
+        j["driver_version"] = j["runtime_version"] = "n/a (no CUDA backend in this build)";
+    } else {
+        j["driver_version"] = v.driver > 0 ? cuda_version_str(v.driver) : "none (no CUDA driver installed)";
+        j["runtime_version"] = cuda_version_str(v.runtime);
+        j["runtime_built_with"] = cuda_version_str(v.compiled_runtime);
+        if (!v.error.empty()) j["cuda_version_error"] = v.error;
+        if (v.driver > 0 && v.driver < v.runtime)
+            j["cuda_version_error"] = strfmt("the driver supports CUDA %s but the runtime is %s: update the driver",
+                                             cuda_version_str(v.driver).c_str(), cuda_version_str(v.runtime).c_str());
+    }
     if (d.kind == device_kind::CPU) {
         j["name"] = cpu_model_name();
         j["threads"] = num_threads();
         j["memory_bytes"] = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
         j["compute_capability"] = "n/a";
         j["sms"] = "n/a";
-        j["bandwidth_gbs"] = cpu_read_bandwidth_gbs();
-        j["bandwidth_method"] = "host memory read, 256 MiB, all threads";
+        j["bandwidth_gbs"] = measure_read_bandwidth(be) / 1e9;
+        j["bandwidth_method"] = "host memory read, 256 MiB, every pool thread (backend/membw.h)";
         j["compiled_targets"] = "none (no CUDA kernels in this build)";
         j["e2m1"] = "software (CPU kernels decode e2m1 by table; hardware cvt is a CUDA a/f-target feature)";
     } else {
@@ -118,8 +83,8 @@ json device_json(backend& be) {
         j["compute_capability"] = strfmt("sm_%d", d.cc);
         j["sms"] = d.sm_count;
         j["memory_bytes"] = d.memory_bytes;
-        j["bandwidth_gbs"] = device_copy_bandwidth_gbs(be);
-        j["bandwidth_method"] = "device copy (read + write), 256 MiB";
+        j["bandwidth_gbs"] = measure_read_bandwidth(be) / 1e9;
+        j["bandwidth_method"] = "device memory read kernel, 1 GiB (at most 1/4 of free), CUDA events (backend/membw.h)";
         j["compiled_targets"] = compiled_targets_str(d.compiled);
         j["loaded_image"] = has ? img.str() : "none";
         j["e2m1"] = (d.features & FEAT_CVT_E2M1)
@@ -199,8 +164,13 @@ void print_text(const json& j) {
     std::printf("tetra doctor\n\nbuild:     tetra %s, CUDA backend: %s, fault injection: %s\n", txt(b["version"]).c_str(),
                 b["cuda_backend"].get<bool>() ? "yes" : "no",
                 b["fault_injection"].get<bool>() ? "ON (test build)" : "off");
-    std::printf("cuda:      %s (driver %s, runtime %s)\n", txt(d["cuda"]).c_str(), txt(d["driver_version"]).c_str(),
-                txt(d["runtime_version"]).c_str());
+    if (d.contains("runtime_built_with"))
+        std::printf("cuda:      %s (driver %s, runtime %s, built with %s)\n", txt(d["cuda"]).c_str(),
+                    txt(d["driver_version"]).c_str(), txt(d["runtime_version"]).c_str(),
+                    txt(d["runtime_built_with"]).c_str());
+    else
+        std::printf("cuda:      %s\n", txt(d["cuda"]).c_str());
+    if (d.contains("cuda_version_error")) std::printf("           problem: %s\n", txt(d["cuda_version_error"]).c_str());
     std::printf("device:    %s [%s]\ncc / SMs:  %s / %s\n", txt(d["name"]).c_str(), txt(d["kind"]).c_str(),
                 txt(d["compute_capability"]).c_str(), txt(d["sms"]).c_str());
     std::printf("memory:    %.1f GiB\n", double(d["memory_bytes"].get<int64_t>()) / double(1 << 30));

@@ -60,11 +60,17 @@ const char* compiled_targets_list() { return \"${tetra_target_list}\"; }
 file(GLOB tetra_cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu
      ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp)
 list(FILTER tetra_cuda_srcs EXCLUDE REGEX "/no_cuda\\.cpp$")
+if(NOT TETRA_FAULT_INJECTION)  # test-only faulty kernels (docs/no-silent-garbage.md §3)
+  list(FILTER tetra_cuda_srcs EXCLUDE REGEX "/fault_injection_[^/]*\\.cu$")
+endif()
 add_library(tetra_backend_cuda OBJECT ${tetra_cuda_srcs} ${tetra_cuda_gen})
 set_target_properties(tetra_backend_cuda PROPERTIES CUDA_ARCHITECTURES OFF CUDA_STANDARD 17
                       CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
 target_include_directories(tetra_backend_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(tetra_backend_cuda PUBLIC TETRA_HAVE_CUDA=1)
+if(TETRA_FAULT_INJECTION)
+  target_compile_definitions(tetra_backend_cuda PUBLIC TETRA_FAULT_INJECTION)
+endif()
 target_compile_options(tetra_backend_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:${tetra_gencode} -lineinfo --expt-relaxed-constexpr -Xcompiler=-Wall>
   $<$<COMPILE_LANGUAGE:CXX>:${TETRA_WARNINGS}>)

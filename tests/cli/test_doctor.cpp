@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 namespace {
@@ -57,6 +58,15 @@ TEST(cli_doctor, reports_build_device_kernels_and_selftest) {
 #ifndef TETRA_HAVE_CUDA
     EXPECT_EQ(j["build"]["cuda_backend"], false);
     EXPECT_EQ(j["device"]["cuda"], "no CUDA backend in this build");
+    EXPECT_EQ(j["device"]["driver_version"], "n/a (no CUDA backend in this build)");
+    EXPECT_EQ(j["device"]["runtime_version"], "n/a (no CUDA backend in this build)");
+#else
+    // "major.minor" from cudaRuntimeGetVersion / cudaDriverGetVersion (no driver: says so).
+    const std::regex ver("[1-9][0-9]*\\.[0-9]+");
+    EXPECT_TRUE(std::regex_match(j["device"]["runtime_version"].get<std::string>(), ver)) << j["device"].dump();
+    EXPECT_TRUE(std::regex_match(j["device"]["runtime_built_with"].get<std::string>(), ver)) << j["device"].dump();
+    std::string drv = j["device"]["driver_version"].get<std::string>();
+    EXPECT_TRUE(std::regex_match(drv, ver) || drv == "none (no CUDA driver installed)") << drv;
 #endif
     EXPECT_EQ(j["device"]["kind"], "cpu");  // --device cpu
     EXPECT_EQ(j["device"]["compute_capability"], "n/a");
@@ -103,6 +113,12 @@ TEST(cli_doctor, model_checkpoint_facts_and_layer_classes) {
     r = run_tetra("doctor --device cpu " + k_tiny);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_TRUE(has(r.out, "format:    modelopt, quant_algo W4A16_NVFP4, 21 NVFP4 linears")) << r.out;
+#ifndef TETRA_HAVE_CUDA
+    EXPECT_TRUE(has(r.out, "cuda:      no CUDA backend in this build\n")) << r.out;
+#else
+    EXPECT_TRUE(has(r.out, "(driver ")) << r.out;
+    EXPECT_TRUE(has(r.out, ", built with ")) << r.out;
+#endif
     EXPECT_TRUE(has(r.out, "linear nvfp4 64x128 → matmul_nvfp4_w4a16_")) << r.out;
 }
 
