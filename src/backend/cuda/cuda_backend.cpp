@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/fault_injection.h"
 #include "backend/cuda/matmul_launch.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -31,6 +32,9 @@ void register_kernels(kernel_registry& r) {
     register_quantize_nvfp4_act_sm80(r);
     register_quantize_nvfp4_act_sm120a(r);
     register_matmul(r);
+#ifdef TETRA_FAULT_INJECTION
+    register_faulty_kernels(r);  // test-only wrong kernels, priority -100 (fault_injection_sm80.cu)
+#endif
 }
 
 namespace {
