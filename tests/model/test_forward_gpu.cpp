@@ -1,11 +1,11 @@
 // The whole forward on the CUDA backend against the CPU oracle, on seeded dummy NVFP4 weights of
 // real configurations (configs/): every tap (per layer) within an NMSE bound of the f32 oracle, then
-// 64 greedy steps whose tokens must equal the bf16-activation CPU oracle's, with and without graphs.
+// 64 greedy steps against the bf16-activation CPU oracle (teacher-forced and free running, with and
+// without graphs; exact ties of bf16 logits handled as described at step 2).
 // Tolerance: the GPU keeps activations in bf16 (each op's output rounded to 8 significant bits,
 // relative error ≤ 2^-9) while the CPU oracle keeps f32; over 30+ layers the rounding adds up to
 // an NMSE of ~1e-4 (measured values are printed). 1e-2 leaves room for that and still fails any
-// real bug (a wrong or broadcast row gives NMSE ~1). Greedy identity is checked on the logits'
-// argmax; the test prints the smallest top-1/top-2 gap seen on the CPU so a near-tie is visible.
+// real bug (a wrong or broadcast row gives NMSE ~1).
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
@@ -122,57 +122,85 @@ void check_config(const std::string& name) {
     cpu.lm->set_tap(nullptr);
     gpu.lm->set_tap(nullptr);
 
-    // 2. 64 greedy steps after the prompt: the CPU oracle with bf16 activations (rounding where the
-    // GPU rounds; f32 accumulation) vs the GPU with graphs vs without. Against the f32 CPU the
-    // tokens are only reported: on a random model the top-2 logits of a 150k vocabulary come within
-    // the bf16 rounding of the activations (~1e-2) in a few of 65 steps, and a flip there is not a bug.
-    auto greedy = [&](side& s, bool graphs, double* min_gap) {
+    // 2. 64 greedy steps after the prompt against the CPU oracle with bf16 activations (rounding
+    // where the GPU rounds, f32 accumulation). Logits are bf16, so two candidates can be equal or
+    // one ulp apart, and the order of f32 sums decides such a tie: delta = 2 bf16 ulps of the
+    // largest logit is the tie band. (a) Teacher-forced on the oracle's tokens, every GPU argmax
+    // must be the oracle's or within delta of its logit (and such ties must be rare). (b) Free
+    // running, with and without graphs, the tokens must be identical whenever the oracle's top-1 /
+    // top-2 gap stayed above delta on every step; otherwise a tie decided the path and the first
+    // difference is only reported. The f32 CPU's tokens are reported too.
+    struct run_out {
+        std::vector<int32_t> tokens;
+        std::vector<std::vector<float>> logits;  // per step (CPU runs only)
+        double min_gap = INFINITY;
+    };
+    auto argmax_row = [&](const std::vector<float>& l, double* gap) {
+        int32_t best = 0;
+        for (int64_t i = 1; i < c.n_vocab; ++i)
+            if (l[size_t(i)] > l[size_t(best)]) best = int32_t(i);
+        float second = -INFINITY;
+        for (int64_t i = 0; i < c.n_vocab; ++i)
+            if (i != best) second = std::max(second, l[size_t(i)]);
+        *gap = std::min(*gap, double(l[size_t(best)] - second));
+        return best;
+    };
+    const int64_t p0 = int64_t(prompt.size());
+    // forced == nullptr: free running (each step feeds the previous argmax).
+    auto greedy = [&](side& s, bool graphs, const std::vector<int32_t>* forced, bool keep_logits) {
         model_runner r(*s.lm, *s.be, *s.kv);
         r.set_graphs(graphs);
-        std::vector<int32_t> out;
-        const std::vector<float>& l0 = r.run({seq_chunk{&table, 0, prompt.data(), int64_t(prompt.size())}});
-        auto pick = [&](const std::vector<float>& l) {
-            int32_t best = 0;
-            for (int64_t i = 1; i < c.n_vocab; ++i)
-                if (l[size_t(i)] > l[size_t(best)]) best = int32_t(i);
-            if (min_gap) {
-                float second = -INFINITY;
-                for (int64_t i = 0; i < c.n_vocab; ++i)
-                    if (i != best) second = std::max(second, l[size_t(i)]);
-                *min_gap = std::min(*min_gap, double(l[size_t(best)] - second));
-            }
-            return best;
-        };
-        int32_t tok = pick(l0);
+        run_out o;
+        int32_t tok = argmax_row(r.run({seq_chunk{&table, 0, prompt.data(), p0}}), &o.min_gap);
         for (int i = 0; i < 64; ++i) {
-            out.push_back(tok);
-            if (graphs && !min_gap) {  // device argmax path (what the engine's greedy decode uses)
-                tok = r.run_argmax({seq_chunk{&table, int64_t(prompt.size()) + i, &out.back(), 1}})[0];
+            o.tokens.push_back(tok);
+            const int32_t* in = forced ? &(*forced)[size_t(i)] : &o.tokens.back();
+            seq_chunk ch{&table, p0 + i, in, 1};
+            if (keep_logits) {
+                o.logits.push_back(r.run({ch}));
+                tok = argmax_row(o.logits.back(), &o.min_gap);
             } else {
-                tok = pick(r.run({seq_chunk{&table, int64_t(prompt.size()) + i, &out.back(), 1}}));
+                tok = r.run_argmax({ch})[0];  // the device argmax (the greedy path)
             }
         }
+        o.tokens.push_back(tok);
         if (graphs) EXPECT_GT(r.graph_replays(), 50) << "decode steps did not replay a graph";
-        return out;
+        return o;
     };
-    double gap = INFINITY, gap32 = INFINITY;
-    std::vector<int32_t> t_cpu32 = greedy(cpu, false, &gap32);
-    std::vector<int32_t> t_cpu = greedy(cpu16, false, &gap);
-    std::vector<int32_t> t_gpu_nograph = greedy(gpu, false, nullptr);
-    std::vector<int32_t> t_gpu = greedy(gpu, true, nullptr);
-    int agree32 = 0;
-    while (agree32 < int(t_cpu32.size()) && t_cpu32[size_t(agree32)] == t_gpu[size_t(agree32)]) ++agree32;
-    std::printf("[%s] smallest top-1/top-2 logit gap over 65 steps: CPU bf16 %.4f, CPU f32 %.4f; GPU equals the "
-                "f32 CPU for the first %d of 64 steps\n", name.c_str(), gap, gap32, agree32);
-    int first_diff = -1;
-    for (size_t i = 0; i < t_cpu.size(); ++i)
-        if (t_cpu[i] != t_gpu[i]) {
-            first_diff = int(i);
-            break;
-        }
-    EXPECT_EQ(t_cpu, t_gpu) << name << ": GPU (graphs) greedy tokens differ from the bf16 CPU oracle at step "
-                            << first_diff;
-    EXPECT_EQ(t_gpu_nograph, t_gpu) << name << ": graph replay changed the tokens";
+    run_out oracle = greedy(cpu16, false, nullptr, true);
+    run_out ref32 = greedy(cpu, false, nullptr, false);
+    float max_abs = 0;
+    for (const auto& l : oracle.logits)
+        for (float x : l) max_abs = std::max(max_abs, std::fabs(x));
+    const double delta = 2.0 * std::ldexp(1.0, std::ilogb(max_abs) - 7);  // 2 bf16 ulps at max|logit|
+    // (a) teacher-forced
+    run_out forced = greedy(gpu, true, &oracle.tokens, false);
+    int ties = 0;
+    for (size_t i = 1; i < forced.tokens.size(); ++i) {
+        int32_t g = forced.tokens[i], want = oracle.tokens[i];
+        if (g == want) continue;
+        const std::vector<float>& l = oracle.logits[i - 1];
+        ++ties;
+        EXPECT_GE(l[size_t(g)], l[size_t(want)] - delta)
+            << name << " step " << i << ": GPU picked " << g << " (oracle logit " << l[size_t(g)] << "), oracle picked "
+            << want << " (" << l[size_t(want)] << "); tie band " << delta;
+    }
+    EXPECT_LE(ties, 4) << name << ": " << ties << " of 64 teacher-forced steps differ (all within the tie band)";
+    // (b) free running
+    run_out g_graph = greedy(gpu, true, nullptr, false), g_eager = greedy(gpu, false, nullptr, false);
+    EXPECT_EQ(g_eager.tokens, g_graph.tokens) << name << ": graph replay changed the tokens";
+    auto first_diff = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+        size_t i = 0;
+        while (i < a.size() && a[i] == b[i]) ++i;
+        return int(i);
+    };
+    std::printf("[%s] tie band %.4f; smallest oracle top-1/top-2 gap %.4f (f32 CPU %.4f); teacher-forced ties %d; "
+                "free-running GPU = bf16 oracle for %d of 65 tokens, = f32 CPU for %d\n",
+                name.c_str(), delta, oracle.min_gap, ref32.min_gap, ties, first_diff(oracle.tokens, g_graph.tokens),
+                first_diff(ref32.tokens, g_graph.tokens));
+    if (oracle.min_gap > delta)
+        EXPECT_EQ(oracle.tokens, g_graph.tokens) << name << ": no near-tie on the oracle's path, yet the GPU's greedy "
+                                              << "tokens differ at step " << first_diff(oracle.tokens, g_graph.tokens);
 }
 
 TEST(forward_gpu, smollm2_135m_taps_and_64_greedy_steps) { check_config("smollm2-135m-nvfp4"); }

@@ -45,7 +45,7 @@ static void attention_decode_launch(backend& be, const attention_args& a) {
         int64_t base_ctas = int64_t(a.meta.n_seqs) * p.n_head_kv * p.head_splits;
         int64_t want = (2 * int64_t(be.device().sm_count) + base_ctas - 1) / base_ctas;
         int64_t max_kv = a.meta.max_seqlen_kv > 0 ? a.meta.max_seqlen_kv : 1;
-        int64_t most = (max_kv + 63) / 64;  // at least 64 keys per split
+        int64_t most = (max_kv + k_att_bk - 1) / k_att_bk;  // at least one key tile per split
         int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, most, 64}));
         int64_t len = (max_kv + splits - 1) / splits;
         len = (len + k_att_bk - 1) / k_att_bk * k_att_bk;

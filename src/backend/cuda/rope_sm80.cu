@@ -39,7 +39,10 @@ static void rope_launch(backend& be, const rope_args& a) {
     TETRA_CHECK(n_tokens <= 0x7fffffff, "rope_sm80: %lld tokens exceed the grid limit", (long long)n_tokens);
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        rope_kernel<T><<<unsigned(n_tokens), 128, size_t(2 * half) * sizeof(float), stream_of(be)>>>(
+        // One CTA per token; decode has one token, so use enough threads for all its head pairs.
+        const int pairs = int(a.q.dim(1) + a.k.dim(1)) * half;
+        const int threads = pairs >= 512 ? 512 : pairs >= 256 ? 256 : 128;
+        rope_kernel<T><<<unsigned(n_tokens), threads, size_t(2 * half) * sizeof(float), stream_of(be)>>>(
             a.q.ptr<T>(), a.k.ptr<T>(), a.positions.ptr<const int32_t>(), a.inv_freq.ptr<const float>(),
             int(a.q.dim(1)), int(a.k.dim(1)), int(a.q.dim(2)), half);
         CUDA_CHECK(cudaGetLastError());
