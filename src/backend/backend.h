@@ -93,6 +93,7 @@ class backend {
     // Graphs: capture_graph runs fn() while recording every op it enqueues (no host sync, no
     // allocation may happen inside) and returns a replayable graph; replay_graph re-issues it on
     // the same buffers. Backends without graphs (CPU) return nullptr and callers just run fn().
+    virtual bool supports_graphs() const { return false; }
     virtual std::shared_ptr<void> capture_graph(const std::function<void()>& fn) {
         (void)fn;
         return nullptr;

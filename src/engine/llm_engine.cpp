@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "engine/block_manager.h"
 #include "engine/loaded_model.h"
+#include "engine/output_guard.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -174,10 +175,44 @@ struct engine_state {
         done.clear();
     }
 
+    // The output guard (docs/no-silent-garbage.md §2) on one logits row and the token sampled from
+    // it (token < 0: not sampled yet): "" or the message that fails the request (server: HTTP 500);
+    // every trip counts in tetra:output_guard_trips_total.
+    std::string guard_trip_message(const sequence& s, const float* logits, int32_t n_vocab, int32_t token) {
+        const output_guard_config cfg;
+        guard_verdict v;
+        if (token < 0) {
+            v = output_guard::check(logits, n_vocab, 1, cfg);
+        } else if (token == 0) {  // trailing id-0 run of the output, this token included
+            int64_t run = 0;
+            for (int64_t i = s.num_tokens() - 1; i >= s.num_prompt_tokens && s.token_ids[size_t(i)] == 0; --i) ++run;
+            if (run > cfg.max_zero_streak) {
+                v.trip = guard_trip::ZERO_STREAK;
+                v.detail = strfmt("%lld consecutive id-0 tokens (limit %lld)", (long long)run, (long long)cfg.max_zero_streak);
+            }
+        }
+        if (v.ok()) return "";
+        output_guard::count_trip(v.trip);
+        const int64_t n_out = s.num_output_tokens();
+        return strfmt("output guard (%s): %s at %s: %s. A kernel is producing wrong results on this device; the request "
+                      "was stopped instead of returning garbage", guard_trip_name(v.trip),
+                      v.trip == guard_trip::NON_FINITE ? "non-finite logits" : "degenerate output",
+                      n_out == 0 ? "prefill" : strfmt("decode step %lld", (long long)n_out).c_str(), v.detail.c_str());
+    }
+
     // Samples s's next token from its logits row and emits the output.
     void sample_one(sequence& s, const float* logits, int32_t n_vocab) {
         request_state& r = *static_cast<request_state*>(s.owner);
         const sampling_params& p = r.req.params;
+        auto guard = [&](int32_t token) {
+            std::string msg = guard_trip_message(s, logits, n_vocab, token);
+            if (!msg.empty()) {
+                TETRA_LOG_ERROR("engine: request '%s': %s", r.req.request_id.c_str(), msg.c_str());
+                end_request(r, false, msg);
+            }
+            return msg.empty();
+        };
+        if (!guard(-1)) return;
         row.assign(logits, logits + n_vocab);
         sample_result sr;
         try {
@@ -195,6 +230,7 @@ struct engine_state {
         s.append_token(sr.token);
         s.history.add_output(sr.token);
         ++generation_tokens_total;
+        if (!guard(sr.token)) return;
         request_output o = make_output(s);
         o.new_token_ids.push_back(sr.token);
         if (p.logprobs) o.logprobs.push_back(std::move(sr));

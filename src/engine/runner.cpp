@@ -67,7 +67,7 @@ forward_batch model_runner::batch_views(const layout& L, int max_q, int max_kv) 
 }
 
 // Rows past the real chunks (graph padding) are inert: token 0 at position 0, kv slot −1 (not
-// stored), an empty block table; their outputs are computed and ignored.
+// stored), a block table of zeros; their outputs are computed and ignored.
 void model_runner::fill(const layout& L, const std::vector<seq_chunk>& chunks) {
     const int bs = kv_.block_size;
     meta_host_.assign(size_t(L.total), 0);
@@ -77,7 +77,7 @@ void model_runner::fill(const layout& L, const std::vector<seq_chunk>& chunks) {
         m[L.cu + s] = int32_t(t);
         if (s >= int64_t(chunks.size())) {  // padding sequence: one inert token
             m[L.ids + t] = 0, m[L.pos + t] = 0, m[L.slots + t] = -1;
-            m[L.lens + s] = 0;
+            m[L.lens + s] = 1;  // sees kv slot 0 of block 0 (whatever it holds; the row is ignored)
             m[L.rows + r++] = int32_t(t++);
             continue;
         }
@@ -165,7 +165,8 @@ const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, bool argm
     *n_rows = n_logits;
     auto finish = [&](const tensor& logits) -> const tensor& { return argmax ? argmax_ids(logits) : logits_f32(logits); };
     int64_t sb = seq_bucket(n_seqs), wb = width_bucket(max_blocks);
-    if (!(decode && graphs_on_ && graphs_supported_ && !model_.has_tap() && sb <= model_.max_tokens())) {
+    if (!(decode && graphs_on_ && graphs_supported_ && be_.supports_graphs() && !model_.has_tap() &&
+          sb <= model_.max_tokens())) {
         layout L = make_layout(n_tokens, n_seqs, max_blocks, n_logits);
         fill(L, chunks);
         forward_batch b = batch_views(L, max_q, max_kv);

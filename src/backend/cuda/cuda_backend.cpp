@@ -170,6 +170,7 @@ class cuda_backend final : public backend {
     // Graphs are captured in relaxed mode (kernels set their smem attributes on first use) and
     // tagged with the scratch epoch: a scratch reallocation frees the memory a graph points at,
     // so replay_graph refuses a stale graph (the caller re-captures).
+    bool supports_graphs() const override { return true; }
     std::shared_ptr<void> capture_graph(const std::function<void()>& fn) override {
         CUDA_CHECK(cudaSetDevice(device_));
         CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
