@@ -19,6 +19,9 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_launch.h"
+#ifndef TETRA_MATMUL_STANDALONE
+#include "core/thread_pool.h"
+#endif
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 
 namespace tetra {
@@ -345,7 +348,10 @@ w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k) {
 void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k, uint8_t* pc,
                      uint8_t* ps) {
     w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
-    for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+    // Tiles are independent: pack them on every pool thread (an 8B model's weights in seconds;
+    // serially in the standalone bench build, which has no thread pool).
+    auto pack_tiles = [&](int64_t tile0, int64_t tile1) {
+    for (int64_t tile = tile0; tile < tile1; ++tile)
         for (int64_t ch = 0; ch < d.k_chunks; ++ch)
             for (int lane = 0; lane < 32; ++lane) {
                 int g = lane / 4, t = lane % 4;
@@ -365,7 +371,7 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
                     std::memcpy(dst + 4 * j, &w, 4);
                 }
             }
-    for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+    for (int64_t tile = tile0; tile < tile1; ++tile)
         for (int64_t grp = 0; grp < d.k_groups; ++grp)
             for (int lane = 0; lane < 32; ++lane) {
                 int g = lane / 4, t = lane % 4;
@@ -376,6 +382,12 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
                     dst[2 * c + 1] = scale_at(scales, n, k, tile * 16 + g + 8, blk);
                 }
             }
+    };
+#ifdef TETRA_MATMUL_STANDALONE
+    pack_tiles(0, d.n_tiles);
+#else
+    parallel_for(d.n_tiles, pack_tiles);
+#endif
 }
 
 w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count) {
