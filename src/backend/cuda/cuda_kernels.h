@@ -54,6 +54,7 @@ void register_rope(kernel_registry& r);
 void register_kv_store(kernel_registry& r);
 void register_attention_prefill(kernel_registry& r);
 void register_attention_decode(kernel_registry& r);
+void register_attention_decode_v2(kernel_registry& r);
 void register_silu_mul(kernel_registry& r);
 void register_add(kernel_registry& r);
 void register_argmax(kernel_registry& r);

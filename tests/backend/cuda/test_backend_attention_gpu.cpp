@@ -1,8 +1,9 @@
 // test_backend_ops on the GPU, attention: every CUDA attention kernel the device can run
-// (prefill for every batch; split-KV decode where every sequence has one query row) against the
-// CPU backend on mixed batches — cached prefixes, decode rows with long contexts, GQA ratios up
-// to 24 (more heads than one CTA covers), head_dim from 5 to 256, block sizes 1/16, block tables
-// shuffled, sliding windows. Cache slots no sequence owns hold NaN: reading them fails the case.
+// (prefill for every batch; the split-KV decode kernels where every sequence has one query row)
+// against the CPU backend on mixed batches — cached prefixes, decode rows with long contexts, GQA
+// ratios up to 24 (more heads than one CTA covers), head_dim from 5 to 256, block sizes 1/16, block
+// tables shuffled, sliding windows, decode batches with the graph bucket's kv capacity. Cache slots
+// no sequence owns hold NaN: reading them fails the case.
 #include <numeric>
 
 #include "backend/cuda/gpu_harness.h"
@@ -129,9 +130,54 @@ TEST(backend_ops_gpu, attention) {
     EXPECT_GE(ran["attention_prefill_sm80"], 300);
     EXPECT_GE(ran["attention_decode_sm80"], 80);
     EXPECT_GE(declined["attention_decode_sm80"], 200);  // batches with several query rows
+    EXPECT_GE(ran["attention_decode_v2_sm80"], 200);
+    EXPECT_GE(declined["attention_decode_v2_sm80"], 200);  // several query rows, or head_dim 5 (not 16-byte rows)
 }
 
-// A NaN in one query row makes exactly that (token, head) output NaN, in both kernels.
+// Decode batches (one query row per sequence) as the runner sends them: GQA groups 1/4/8, head_dim
+// 64/128, contexts 1, 17, 64, 130, 131, 1000 alone and mixed in one batch, block size 16, with and
+// without a sliding window, and max_seqlen_kv = the graph bucket's capacity (4× the longest
+// context, so most splits lie past every row's position): each row must stop at its own position.
+TEST(backend_ops_gpu, attention_decode_batches) {
+    std::map<std::string, int> ran, declined;
+    rng r(13);
+    struct heads { int64_t n_head, n_head_kv, head_dim; } hs[] = {{8, 8, 64}, {32, 8, 128}, {32, 4, 128}, {16, 2, 64}};
+    std::vector<std::vector<std::pair<int, int>>> batches = {
+        {{0, 1}}, {{16, 1}}, {{129, 1}}, {{999, 1}}, {{129, 1}, {0, 1}, {999, 1}, {16, 1}, {63, 1}, {130, 1}}};
+    int cases = 0;
+    for (dtype t : {dtype::BF16, dtype::F32, dtype::F16})
+        for (auto h : hs)
+            for (const auto& seqs : batches)
+                for (int window : {0, 50})
+                    for (int capacity : {1, 4}) {
+                        if (t != dtype::BF16 && capacity == 1) continue;  // fewer f32/f16 cases
+                        attn_case c{t, h.n_head, h.n_head_kv, h.head_dim, 16, seqs, window};
+                        attn_inputs in = build(c, r);
+                        int64_t n_tokens = in.q.dim(0);
+                        float scale = float(1.0 / std::sqrt(double(c.head_dim)));
+                        tensor ref = tensor::alloc(t, {n_tokens, c.n_head * c.head_dim});
+                        cpu_be().attention(in.q, in.k_cache, in.v_cache, in.meta, scale, ref, window);
+                        tensor dq = to_gpu(in.q), dk = to_gpu(in.k_cache), dv = to_gpu(in.v_cache);
+                        attn_metadata dm = to_gpu_meta(in);
+                        dm.max_seqlen_kv *= capacity;
+                        ++cases;
+                        for_each_gpu_kernel("attention", t, ran, declined, [&](const kernel_entry& k) {
+                            gpu_guarded out = make_gpu_guarded(t, {n_tokens, c.n_head * c.head_dim});
+                            gpu_be().attention(dq, dk, dv, dm, scale, out.view, window);
+                            bool intact = false;
+                            tensor got = out.result(&intact);
+                            EXPECT_TRUE(intact) << k.name << " " << c.vars() << " capacity×" << capacity;
+                            EXPECT_EQ(compare(to_double(got), to_double(ref), attn_tol(t)), "")
+                                << k.name << " " << c.vars() << " capacity×" << capacity;
+                        });
+                    }
+    EXPECT_EQ(cases, 160);
+    EXPECT_EQ(ran["attention_decode_v2_sm80"], cases);
+    EXPECT_EQ(ran["attention_decode_sm80"], cases);
+    EXPECT_EQ(ran["attention_prefill_sm80"], cases);
+}
+
+// A NaN in one query row makes exactly that (token, head) output NaN, in every kernel.
 TEST(backend_ops_gpu, attention_nan_propagates_per_row) {
     std::map<std::string, int> ran, declined;
     rng r(12);
@@ -155,4 +201,5 @@ TEST(backend_ops_gpu, attention_nan_propagates_per_row) {
     }
     EXPECT_EQ(ran["attention_prefill_sm80"], 2);
     EXPECT_EQ(ran["attention_decode_sm80"], 1);
+    EXPECT_EQ(ran["attention_decode_v2_sm80"], 1);
 }
