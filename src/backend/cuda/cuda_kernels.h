@@ -63,6 +63,8 @@ void register_quantize_nvfp4_act_sm80(kernel_registry& r);
 void register_quantize_nvfp4_act_sm120a(kernel_registry& r);
 // The matmul kernels' tables (matmul_register.cpp, owned by the matmul kernels).
 void register_matmul(kernel_registry& r);
+// The MoE op tables (backend/moe.h; moe_*_sm80.cu, registered in moe_matmul_nvfp4_w4a16_sm80.cu).
+void register_moe_kernels_cuda(kernel_registry& r);
 
 }  // namespace cuda
 }  // namespace tetra

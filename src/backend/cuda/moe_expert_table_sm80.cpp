@@ -1,0 +1,53 @@
+// moe_expert_table_upload (moe_expert_table_sm80.h): a process-wide cache of per-expert pointer
+// tables in device memory, one per (device, experts vector, size), rebuilt when an entry changes.
+// Entries are never freed before exit except on a rebuild (after a device sync): a graph captured
+// with an old table belongs to weights that no longer exist.
+#include "backend/cuda/moe_expert_table_sm80.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace tetra {
+namespace cuda {
+
+namespace {
+struct table_entry {
+    std::vector<moe_expert_ptrs> host;
+    void* dev = nullptr;
+};
+}  // namespace
+
+const moe_expert_ptrs* moe_expert_table_upload(const void* key, const std::vector<moe_expert_ptrs>& host,
+                                               cudaStream_t s) {
+    static std::mutex mu;
+    static auto* cache = new std::map<std::tuple<int, const void*, size_t>, table_entry>();
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    table_entry& t = (*cache)[{dev, key, host.size()}];
+    const size_t bytes = host.size() * sizeof(moe_expert_ptrs);
+    if (t.dev && std::memcmp(t.host.data(), host.data(), bytes) == 0) return static_cast<moe_expert_ptrs*>(t.dev);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    TETRA_CHECK(cap == cudaStreamCaptureStatusNone,
+                "moe_matmul: the expert pointer table of %zu experts is built while a CUDA graph is being captured; "
+                "run one eager step with these experts first",
+                host.size());
+    if (t.dev) {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaFree(t.dev));
+        t.dev = nullptr;
+    }
+    CUDA_CHECK(cudaMalloc(&t.dev, bytes > 0 ? bytes : 1));
+    CUDA_CHECK(cudaMemcpyAsync(t.dev, host.data(), bytes, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    t.host = host;
+    return static_cast<moe_expert_ptrs*>(t.dev);
+}
+
+}  // namespace cuda
+}  // namespace tetra

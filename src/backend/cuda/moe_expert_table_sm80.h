@@ -1,0 +1,38 @@
+// The device table of per-expert weight pointers that the grouped MoE matmul kernels index by
+// expert (moe_matmul_*_sm80.cu): built on the host from an experts vector, uploaded once, and
+// reused while the vector's entries stay the same. Host-only C++ (include from .cu or .cpp).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+namespace tetra {
+namespace cuda {
+
+// One expert's weight as the kernels read it: a = codes (or the dense weight), b = scales (or
+// null), alpha = the f32 epilogue factor.
+struct moe_expert_ptrs {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    float alpha = 1.0f;
+    float pad = 0.0f;
+};
+
+// The device copy of `host` for the experts vector at `key` on the current device. Cached by
+// (device, key, size) and compared entry by entry on every call: a changed entry rebuilds it (a
+// blocking upload on `s`). A miss while `s` is capturing a graph is an error (the first, eager
+// call of a step builds it; graphs are captured after an eager step).
+const moe_expert_ptrs* moe_expert_table_upload(const void* key, const std::vector<moe_expert_ptrs>& host,
+                                               cudaStream_t s);
+
+// Builds the host entries with `fn(linear_weight) → moe_expert_ptrs` and uploads them.
+template <class W, class F>
+const moe_expert_ptrs* moe_expert_table(const std::vector<W>& experts, cudaStream_t s, F&& fn) {
+    std::vector<moe_expert_ptrs> host;
+    host.reserve(experts.size());
+    for (const W& w : experts) host.push_back(fn(w));
+    return moe_expert_table_upload(&experts, host, s);
+}
+
+}  // namespace cuda
+}  // namespace tetra

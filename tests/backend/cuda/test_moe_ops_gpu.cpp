@@ -1,0 +1,315 @@
+// The CUDA MoE kernels (moe_*_sm80.cu) against the CPU kernels (the oracles, themselves tested
+// against double references in tests/backend/test_moe_ops.cpp) on the same inputs: route and
+// permute bit-exact, combine bit-exact (same f32 operation order, no contraction), the grouped
+// matmuls within an NMSE bound set by bf16 output rounding; odd shapes, k = 1/2/8, n_expert
+// 4/8/128, 1/3/64 tokens, experts receiving no rows, NaN logits. Then determinism: a token's MoE
+// block output on the GPU is bit-identical alone and inside a batch of 64, and over 50 repeats.
+// Outputs are guarded (sentinels around, NaN inside): a stray or missing write fails.
+#include <cstring>
+
+#include "backend/cuda/gpu_harness.h"
+#include "backend/moe.h"
+
+using namespace tetra;
+using namespace tetra_test;
+
+namespace {
+
+std::vector<int32_t> to_i32(const tensor& t) {
+    std::vector<int32_t> v(size_t(t.numel()));
+    std::memcpy(v.data(), t.data, v.size() * 4);
+    return v;
+}
+
+std::vector<uint8_t> bytes_of(const tensor& t) {
+    const uint8_t* p = static_cast<const uint8_t*>(t.data);
+    return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
+tensor i32_2d(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
+    tensor t = i32_tensor(v);
+    t.shape = {rows, cols};
+    return t;
+}
+
+// Bit-equal f32 arrays, except that a NaN matches any NaN (x86 and the GPU make different NaN payloads).
+std::string same_f32(const tensor& got, const tensor& ref) {
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        float g = got.ptr<float>()[i], r = ref.ptr<float>()[i];
+        if (std::isnan(g) && std::isnan(r)) continue;
+        if (std::memcmp(&g, &r, 4) != 0)
+            return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " + std::to_string(r);
+    }
+    return "";
+}
+
+// n_tokens rows of k distinct experts from [0, ne); skew > 0 draws from the first ne/skew experts
+// only (so most experts receive no rows).
+std::vector<int32_t> random_assignment(rng& r, int64_t n_tokens, int64_t ne, int64_t k, int64_t skew = 1) {
+    int64_t pool_n = std::max<int64_t>(k, ne / skew);
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        std::vector<int32_t> pool;
+        for (int32_t e = 0; e < pool_n; ++e) pool.push_back(e);
+        for (int64_t s = 0; s < k; ++s) {
+            int64_t j = r.randint(s, pool_n - 1);
+            std::swap(pool[size_t(s)], pool[size_t(j)]);
+            ids.push_back(pool[size_t(s)]);
+        }
+    }
+    return ids;
+}
+
+struct cases_t {
+    int64_t ne, k, nt;
+};
+const cases_t k_cases[] = {{4, 1, 1}, {4, 2, 3},  {4, 4, 64},  {8, 1, 3},   {8, 2, 64},
+                           {8, 8, 1}, {128, 8, 1}, {128, 8, 3}, {128, 2, 64}, {128, 8, 64}};
+
+}  // namespace
+
+// Logits: bf16 N(0, 3²) (continuous), or multiples of 1/8 in [-1, 1] (many exact ties: the lower
+// index must win on both), and rows with a NaN at expert 0 / in the middle (the CPU's NaN rules).
+TEST(moe_ops_gpu, route_equals_cpu_bitwise) {
+    rng r(301);
+    int n_cases = 0;
+    for (const cases_t& c : k_cases)
+        for (int kind = 0; kind < 3; ++kind)
+            for (bool norm : {false, true}) {
+                std::string vars = "n_expert=" + std::to_string(c.ne) + " k=" + std::to_string(c.k) + " n_tokens=" +
+                                   std::to_string(c.nt) + " kind=" + std::to_string(kind) + " norm=" + std::to_string(norm);
+                std::vector<double> v(size_t(c.nt * c.ne));
+                for (double& x : v) x = kind == 1 ? double(r.randint(-8, 8)) / 8 : 3 * r.normal();
+                if (kind == 2) {
+                    v[0] = NAN;  // token 0: NaN at expert 0 (all of its p are NaN)
+                    if (c.nt > 1) v[size_t(c.ne + c.ne / 2)] = NAN;  // token 1: NaN in the middle
+                }
+                tensor logits = make_tensor(dtype::BF16, {c.nt, c.ne}, v);
+                tensor ids_c = tensor::alloc(dtype::I32, {c.nt, c.k}), w_c = tensor::alloc(dtype::F32, {c.nt, c.k});
+                moe_route(cpu_be(), logits, norm, ids_c, w_c);
+                gpu_guarded ids_g = make_gpu_guarded(dtype::I32, {c.nt, c.k}), w_g = make_gpu_guarded(dtype::F32, {c.nt, c.k});
+                moe_route(gpu_be(), to_gpu(logits), norm, ids_g.view, w_g.view);
+                bool ok1 = false, ok2 = false;
+                tensor ids = ids_g.result(&ok1), w = w_g.result(&ok2);
+                EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
+                EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
+                EXPECT_EQ(same_f32(w, w_c), "") << vars;
+                ++n_cases;
+            }
+    EXPECT_EQ(n_cases, 60);
+}
+
+TEST(moe_ops_gpu, permute_equals_cpu) {
+    rng r(302);
+    int n_cases = 0;
+    for (const cases_t& c : k_cases)
+        for (int64_t skew : {1, 16}) {
+            std::string vars = "n_expert=" + std::to_string(c.ne) + " k=" + std::to_string(c.k) + " n_tokens=" +
+                               std::to_string(c.nt) + " skew=" + std::to_string(skew);
+            tensor ids = i32_2d(random_assignment(r, c.nt, c.ne, c.k, skew), c.nt, c.k);
+            tensor cc = tensor::alloc(dtype::I32, {c.ne}), co = tensor::alloc(dtype::I32, {c.ne + 1});
+            tensor cs = tensor::alloc(dtype::I32, {c.nt * c.k}), cd = tensor::alloc(dtype::I32, {c.nt, c.k});
+            moe_permute(cpu_be(), ids, c.ne, cc, co, cs, cd);
+            gpu_guarded gc = make_gpu_guarded(dtype::I32, {c.ne}), go = make_gpu_guarded(dtype::I32, {c.ne + 1});
+            gpu_guarded gs = make_gpu_guarded(dtype::I32, {c.nt * c.k}), gd = make_gpu_guarded(dtype::I32, {c.nt, c.k});
+            moe_permute(gpu_be(), to_gpu(ids), c.ne, gc.view, go.view, gs.view, gd.view);
+            bool ok[4];
+            EXPECT_EQ(to_i32(gc.result(&ok[0])), to_i32(cc)) << vars;
+            EXPECT_EQ(to_i32(go.result(&ok[1])), to_i32(co)) << vars;
+            EXPECT_EQ(to_i32(gs.result(&ok[2])), to_i32(cs)) << vars;
+            EXPECT_EQ(to_i32(gd.result(&ok[3])), to_i32(cd)) << vars;
+            EXPECT_TRUE(ok[0] && ok[1] && ok[2] && ok[3]) << "guard bytes overwritten: " << vars;
+            ++n_cases;
+        }
+    // A long batch (prefill-sized): 2000 tokens × 8 of 128 experts.
+    tensor ids = i32_2d(random_assignment(r, 2000, 128, 8), 2000, 8);
+    tensor cc = tensor::alloc(dtype::I32, {128}), co = tensor::alloc(dtype::I32, {129});
+    tensor cs = tensor::alloc(dtype::I32, {16000}), cd = tensor::alloc(dtype::I32, {2000, 8});
+    moe_permute(cpu_be(), ids, 128, cc, co, cs, cd);
+    tensor gc = gpu_be().alloc(dtype::I32, {128}), go = gpu_be().alloc(dtype::I32, {129});
+    tensor gs = gpu_be().alloc(dtype::I32, {16000}), gd = gpu_be().alloc(dtype::I32, {2000, 8});
+    moe_permute(gpu_be(), to_gpu(ids), 128, gc, go, gs, gd);
+    EXPECT_EQ(to_i32(to_host(go)), to_i32(co));
+    EXPECT_EQ(to_i32(to_host(gs)), to_i32(cs));
+    EXPECT_EQ(to_i32(to_host(gd)), to_i32(cd));
+    EXPECT_EQ(n_cases, 20);
+}
+
+namespace {
+
+// n_expert linears [n, k]: random NVFP4 (codes uniform, e4m3 scales in [2^-4, 2^1), scale_global
+// 1/64), or dense bf16.
+std::vector<linear_weight> random_experts(rng& r, int64_t ne, int64_t n, int64_t k, bool nvfp4) {
+    std::vector<linear_weight> ex;
+    for (int64_t e = 0; e < ne; ++e) {
+        linear_weight w;
+        w.n_out = n, w.n_in = k;
+        if (!nvfp4) {
+            w.dense = random_tensor(r, dtype::BF16, {n, k});
+        } else {
+            w.kind = linear_kind::NVFP4, w.scale_global = 1.0f / (64 + e);
+            w.codes = tensor::alloc(dtype::U8, {n, k / 2}), w.scales = tensor::alloc(dtype::E4M3, {n, k / 16});
+            uint8_t *c = w.codes.ptr<uint8_t>(), *s = static_cast<uint8_t*>(w.scales.data);
+            for (int64_t i = 0; i < n * k / 2; ++i) c[i] = uint8_t(r.randint(0, 255));
+            for (int64_t i = 0; i < n * k / 16; ++i) s[i] = uint8_t(r.randint(0x20, 0x50));
+        }
+        ex.push_back(w);
+    }
+    return ex;
+}
+
+std::vector<linear_weight> prepare_all(const std::vector<linear_weight>& host) {
+    std::vector<linear_weight> out;
+    for (const linear_weight& w : host) out.push_back(gpu_be().prepare_linear(w));
+    return out;
+}
+
+// Offsets of n_rows rows over ne experts: random counts, expert 2 (and, for ne = 128, all but ~n_rows
+// experts) empty.
+std::vector<int32_t> random_offsets(rng& r, int64_t n_rows, int64_t ne) {
+    std::vector<int32_t> counts(size_t(ne), 0);
+    for (int64_t i = 0; i < n_rows; ++i) ++counts[size_t(r.randint(0, ne - 1))];
+    if (ne > 2) counts[1] += counts[2], counts[2] = 0;
+    std::vector<int32_t> off = {0};
+    for (int64_t e = 0; e < ne; ++e) off.push_back(off.back() + counts[size_t(e)]);
+    return off;
+}
+
+}  // namespace
+
+// W4A16 and dense against the CPU oracles (moe_matmul_*_cpu: exact dequant, f32 sums), both with bf16
+// x and bf16 out. Each side rounds its f32 result once to bf16 (relative error ≤ 2^-9) and the f32
+// sums differ only in order (relative ~K·2^-24 ≤ 1e-4 of Σ|terms| here), so |gpu − cpu| ≤ 2^-8|ref|
+// + O(1e-4)|ref| per element: NMSE ≤ (2^-8)² ≈ 1.5e-5 in the worst case; 3e-5 fails any wrong row,
+// expert, scale or k block (those give NMSE ≥ ~1e-2).
+TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
+    rng r(303);
+    struct shape_t {
+        int64_t ne, rows, n, k;
+    };
+    const shape_t shapes[] = {{4, 1, 40, 80}, {4, 3, 24, 528}, {8, 64, 72, 144}, {8, 16, 16, 1040},
+                              {128, 8, 40, 64}, {128, 64, 264, 208}, {128, 3, 8, 16}};
+    int n_cases = 0;
+    for (bool nvfp4 : {true, false})
+        for (const shape_t& sh : shapes) {
+            std::string vars = std::string(nvfp4 ? "w4a16" : "dense") + " n_expert=" + std::to_string(sh.ne) +
+                               " rows=" + std::to_string(sh.rows) + " n=" + std::to_string(sh.n) + " k=" +
+                               std::to_string(sh.k);
+            std::vector<linear_weight> host = random_experts(r, sh.ne, sh.n, sh.k, nvfp4);
+            std::vector<linear_weight> dev = prepare_all(host);
+            tensor x = random_tensor(r, dtype::BF16, {sh.rows, sh.k});
+            std::vector<int32_t> off = random_offsets(r, sh.rows, sh.ne);
+            tensor offsets = i32_tensor(off);
+            tensor ref = tensor::alloc(dtype::BF16, {sh.rows, sh.n});
+            {
+                force_kernel fk(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense",
+                                nvfp4 ? "moe_matmul_nvfp4_w4a16_cpu" : "moe_matmul_dense_cpu");
+                moe_matmul(cpu_be(), x, host, offsets, ref, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
+            }
+            gpu_guarded out = make_gpu_guarded(dtype::BF16, {sh.rows, sh.n});
+            moe_matmul(gpu_be(), to_gpu(x), dev, to_gpu(offsets), out.view, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
+            bool ok = false;
+            tensor got = out.result(&ok);
+            EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
+            std::vector<double> g = to_double(got), c = to_double(ref);
+            EXPECT_EQ(compare(g, c, 3e-5), "") << vars;
+            double num = 0, den = 0;
+            for (size_t i = 0; i < c.size(); ++i) num += (g[i] - c[i]) * (g[i] - c[i]), den += c[i] * c[i];
+            std::printf("[matmul] %s: NMSE %.3g\n", vars.c_str(), den > 0 ? num / den : num);
+            ++n_cases;
+        }
+    EXPECT_EQ(n_cases, 14);
+}
+
+// Same inputs → the same bits: y rows gathered through dest, f32 weights, optional shared expert
+// with and without its sigmoid gate.
+TEST(moe_ops_gpu, combine_equals_cpu_bitwise) {
+    rng r(304);
+    int n_cases = 0;
+    for (const cases_t& c : k_cases)
+        for (int shared_mode = 0; shared_mode < 3; ++shared_mode) {
+            const int64_t n = c.ne == 8 ? 300 : 37;
+            std::string vars = "n_expert=" + std::to_string(c.ne) + " k=" + std::to_string(c.k) + " n_tokens=" +
+                               std::to_string(c.nt) + " shared=" + std::to_string(shared_mode);
+            tensor ids = i32_2d(random_assignment(r, c.nt, c.ne, c.k), c.nt, c.k);
+            tensor cc = tensor::alloc(dtype::I32, {c.ne}), co = tensor::alloc(dtype::I32, {c.ne + 1});
+            tensor cs = tensor::alloc(dtype::I32, {c.nt * c.k}), dest = tensor::alloc(dtype::I32, {c.nt, c.k});
+            moe_permute(cpu_be(), ids, c.ne, cc, co, cs, dest);
+            tensor y = random_tensor(r, dtype::BF16, {c.nt * c.k, n});
+            tensor w = random_tensor(r, dtype::F32, {c.nt, c.k}, 0.5);
+            tensor sh = shared_mode ? random_tensor(r, dtype::BF16, {c.nt, n}) : tensor();
+            tensor gate = shared_mode == 2 ? random_tensor(r, dtype::BF16, {c.nt, 1}, 2.0) : tensor();
+            tensor ref = tensor::alloc(dtype::BF16, {c.nt, n});
+            moe_combine(cpu_be(), y, dest, w, ref, sh, gate);
+            gpu_guarded out = make_gpu_guarded(dtype::BF16, {c.nt, n});
+            moe_combine(gpu_be(), to_gpu(y), to_gpu(dest), to_gpu(w), out.view, shared_mode ? to_gpu(sh) : tensor(),
+                        shared_mode == 2 ? to_gpu(gate) : tensor());
+            bool ok = false;
+            tensor got = out.result(&ok);
+            EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
+            EXPECT_EQ(bytes_of(got), bytes_of(ref)) << vars;
+            ++n_cases;
+        }
+    EXPECT_EQ(n_cases, 30);
+}
+
+namespace {
+
+// The routed MoE FFN on the GPU (route → permute → gather → gate/up → silu·up → down → combine) for
+// tokens x [T, K] with router logits [T, ne]: the output's bytes.
+struct gpu_moe_block {
+    int64_t ne = 128, k = 8, n_embd = 256, n_ff = 96;
+    std::vector<linear_weight> gate, up, down;
+    gpu_moe_block(rng& r) {
+        gate = prepare_all(random_experts(r, ne, n_ff, n_embd, true));
+        up = prepare_all(random_experts(r, ne, n_ff, n_embd, true));
+        down = prepare_all(random_experts(r, ne, n_embd, n_ff, true));
+    }
+    std::vector<uint8_t> run(const tensor& x_host, const tensor& logits_host) {
+        backend& be = gpu_be();
+        int64_t t = x_host.dim(0), rows = t * k;
+        tensor x = to_gpu(x_host), logits = to_gpu(logits_host);
+        tensor ids = be.alloc(dtype::I32, {t, k}), w = be.alloc(dtype::F32, {t, k});
+        tensor counts = be.alloc(dtype::I32, {ne}), offsets = be.alloc(dtype::I32, {ne + 1});
+        tensor sorted = be.alloc(dtype::I32, {rows}), dest = be.alloc(dtype::I32, {t, k});
+        tensor xs = be.alloc(dtype::BF16, {rows, n_embd}), g = be.alloc(dtype::BF16, {rows, n_ff});
+        tensor u = be.alloc(dtype::BF16, {rows, n_ff}), ys = be.alloc(dtype::BF16, {rows, n_embd});
+        tensor out = be.alloc(dtype::BF16, {t, n_embd});
+        moe_route(be, logits, true, ids, w);
+        moe_permute(be, ids, ne, counts, offsets, sorted, dest);
+        be.get_rows(x, sorted, xs);
+        moe_matmul(be, xs, gate, offsets, g);
+        moe_matmul(be, xs, up, offsets, u);
+        be.silu_mul(g, u, g);
+        moe_matmul(be, g, down, offsets, ys);
+        moe_combine(be, ys, dest, w, out);
+        return bytes_of(to_host(out));
+    }
+};
+
+tensor row_of(const tensor& t, int64_t i) {
+    tensor r = tensor::alloc(t.type, {1, t.dim(1)});
+    std::memcpy(r.data, static_cast<const uint8_t*>(t.data) + size_t(i) * t.nbytes() / size_t(t.dim(0)), r.nbytes());
+    return r;
+}
+
+}  // namespace
+
+TEST(moe_ops_gpu, block_is_deterministic_alone_vs_batch_and_repeated) {
+    rng r(305);
+    gpu_moe_block blk(r);
+    tensor x = random_tensor(r, dtype::BF16, {64, blk.n_embd});
+    tensor logits = random_tensor(r, dtype::BF16, {64, blk.ne}, 2.0);
+    std::vector<uint8_t> batch = blk.run(x, logits);
+    const size_t row = size_t(blk.n_embd) * 2;
+    int nonzero = 0;
+    for (uint8_t b : batch) nonzero += b != 0;
+    EXPECT_GT(nonzero, int(batch.size() / 2)) << "the block output is mostly zero";
+    for (int64_t i : {0, 17, 63}) {
+        std::vector<uint8_t> one = blk.run(row_of(x, i), row_of(logits, i));
+        EXPECT_EQ(std::memcmp(one.data(), batch.data() + size_t(i) * row, row), 0) << "token " << i << " alone vs batch";
+    }
+    int same = 0;
+    for (int rep = 0; rep < 50; ++rep) same += blk.run(x, logits) == batch;
+    EXPECT_EQ(same, 50);
+}
