@@ -1,6 +1,8 @@
 #include "model/layers.h"
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "core/error.h"
 
@@ -20,12 +22,68 @@ tensor load_vec(model_weights& w, backend& be, const std::string& name, int64_t 
     return be.upload(t);
 }
 
-linear_weight load_linear(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
-                          bool dense_ok = false) {
+const linear_weight& host_linear(model_weights& w, const std::string& module, int64_t n_out, int64_t n_in,
+                                 bool dense_ok = false) {
     const linear_weight& l = w.linear(module, dense_ok);
     TETRA_CHECK(l.n_out == n_out && l.n_in == n_in, "%s: linear '%s' is [%lld, %lld]; expected [%lld, %lld] from config.json",
                 w.dir.c_str(), module.c_str(), (long long)l.n_out, (long long)l.n_in, (long long)n_out, (long long)n_in);
-    return be.prepare_linear(l);
+    return l;
+}
+
+linear_weight load_linear(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
+                          bool dense_ok = false) {
+    return be.prepare_linear(host_linear(w, module, n_out, n_in, dense_ok));
+}
+
+// Host linears stacked row-wise into one [Σ n_out, n_in] weight when a single matmul computes all
+// of them exactly: same kind and n_in; NVFP4 with bit-equal scale_global and activation scales;
+// dense with the same dtype. Every output element is the same dot product as before (rows are
+// independent), so fusing changes no value. nullopt when they cannot be stacked.
+std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>& ls) {
+    const linear_weight& a = *ls.front();
+    int64_t n = 0;
+    for (const linear_weight* l : ls) {
+        if (l->kind != a.kind || l->n_in != a.n_in) return std::nullopt;
+        if (a.kind == linear_kind::NVFP4) {
+            if (f32_bits(l->scale_global) != f32_bits(a.scale_global) || l->has_input_scale != a.has_input_scale ||
+                f32_bits(l->input_scale) != f32_bits(a.input_scale) ||
+                f32_bits(l->input_global_quant) != f32_bits(a.input_global_quant) || l->scales.type != a.scales.type ||
+                l->codes.device != device_kind::CPU || l->scales.device != device_kind::CPU)
+                return std::nullopt;
+        } else if (l->dense.type != a.dense.type || l->dense.device != device_kind::CPU) {
+            return std::nullopt;
+        }
+        n += l->n_out;
+    }
+    auto cat = [&](tensor linear_weight::*member, int64_t cols, dtype t) {
+        tensor out = tensor::alloc(t, {n, cols});
+        size_t off = 0;
+        for (const linear_weight* l : ls) {
+            const tensor& src = l->*member;
+            std::memcpy(out.ptr<uint8_t>() + off, src.data, src.nbytes());
+            off += src.nbytes();
+        }
+        TETRA_ASSERT(off == out.nbytes());
+        return out;
+    };
+    linear_weight f = a;
+    f.n_out = n;
+    if (a.kind == linear_kind::NVFP4) {
+        f.codes = cat(&linear_weight::codes, a.n_in / 2, dtype::U8);
+        f.scales = cat(&linear_weight::scales, a.n_in / 16, a.scales.type);
+    } else {
+        f.dense = cat(&linear_weight::dense, a.n_in, a.dense.type);
+    }
+    return f;
+}
+
+// i32 [n_rows · per]: for token t, entry t·per + j = t·stride + first + j (the rows of one part of
+// a fused output, viewed as [n_rows · stride, width] rows, for get_rows). Uploaded once.
+tensor part_rows(backend& be, int64_t n_rows, int64_t per, int64_t stride, int64_t first) {
+    tensor ids = tensor::alloc(dtype::I32, {n_rows * per});
+    for (int64_t t = 0; t < n_rows; ++t)
+        for (int64_t j = 0; j < per; ++j) ids.ptr<int32_t>()[t * per + j] = int32_t(t * stride + first + j);
+    return be.upload(ids);
 }
 
 // The forward pass. Buffers for max_tokens rows are allocated once; each step uses the first
@@ -59,6 +117,20 @@ class dense_decoder final : public causal_lm {
         }
         inv_freq_ = be.upload(rope_inv_freq(rp, c.head_dim));
         if (c.n_expert > 0) moe_ = std::make_unique<moe_ffn>(c, be, n, act_);
+        bool any_qkv = false, any_gu = false;
+        for (const auto& L : w_.layers) any_qkv |= L.fused_qkv, any_gu |= L.fused_gate_up;
+        const int64_t heads = c.n_head + 2 * c.n_head_kv;
+        if (any_qkv) {  // [n, q | k | v]; split by head rows when n > 1
+            qkv_ = be.alloc(act_, {n, heads * c.head_dim});
+            q_ids_ = part_rows(be, n, c.n_head, heads, 0);
+            k_ids_ = part_rows(be, n, c.n_head_kv, heads, c.n_head);
+            v_ids_ = part_rows(be, n, c.n_head_kv, heads, c.n_head + c.n_head_kv);
+        }
+        if (any_gu) {  // [n, gate | up]; split as rows of n_ff when n > 1
+            gu_ = be.alloc(act_, {n, 2 * c.n_ff});
+            gate_ids_ = part_rows(be, n, 1, 2, 0);
+            up_ids_ = part_rows(be, n, 1, 2, 1);
+        }
         (void)kv_dim;
     }
 
@@ -80,9 +152,13 @@ class dense_decoder final : public causal_lm {
             if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
             else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
             tap("attn_norm", il, h);
-            be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
-            be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
-            be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+            if (L.fused_qkv) {
+                qkv_proj(L, h, n, q, k, v);
+            } else {
+                be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
+                be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
+                be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+            }
             if (c.qk_norm) {
                 tensor qr = tensor_reshape(q, {n * c.n_head, c.head_dim});
                 tensor kr = tensor_reshape(k, {n * c.n_head_kv, c.head_dim});
@@ -100,8 +176,12 @@ class dense_decoder final : public causal_lm {
             if (L.moe) {
                 moe_->forward(*L.moe, h, proj, mode_);
             } else {
-                be_.matmul(h, L.gate, gate, mode_);
-                be_.matmul(h, L.up, up, mode_);
+                if (L.fused_gate_up) {
+                    gate_up_proj(L, h, n, gate, up);
+                } else {
+                    be_.matmul(h, L.gate, gate, mode_);
+                    be_.matmul(h, L.up, up, mode_);
+                }
                 be_.silu_mul(gate, up, gate);
                 be_.matmul(gate, L.down, proj, mode_);
             }
@@ -118,19 +198,54 @@ class dense_decoder final : public causal_lm {
     }
 
   private:
+    // One matmul into [n, q | k | v]. One row (batch-1 decode): q, k, v become views of it (no
+    // copy). More rows: the parts are gathered by head rows into the q/k/v buffers (get_rows).
+    void qkv_proj(const decoder_layer_weights& L, const tensor& h, int64_t n, tensor& q, tensor& k, tensor& v) {
+        const model_config& c = cfg_;
+        const int64_t hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+        tensor qkv = tensor_rows(qkv_, 0, n);
+        be_.matmul(h, L.qkv, qkv, mode_);
+        if (n == 1) {
+            tensor flat = tensor_reshape(qkv, {qd + 2 * kvd});
+            q = tensor_reshape(tensor_rows(flat, 0, qd), {1, c.n_head, hd});
+            k = tensor_reshape(tensor_rows(flat, qd, kvd), {1, c.n_head_kv, hd});
+            v = tensor_reshape(tensor_rows(flat, qd + kvd, kvd), {1, c.n_head_kv, hd});
+            return;
+        }
+        tensor heads = tensor_reshape(qkv, {n * (c.n_head + 2 * c.n_head_kv), hd});
+        be_.get_rows(heads, tensor_rows(q_ids_, 0, n * c.n_head), tensor_reshape(q, {n * c.n_head, hd}));
+        be_.get_rows(heads, tensor_rows(k_ids_, 0, n * c.n_head_kv), tensor_reshape(k, {n * c.n_head_kv, hd}));
+        be_.get_rows(heads, tensor_rows(v_ids_, 0, n * c.n_head_kv), tensor_reshape(v, {n * c.n_head_kv, hd}));
+    }
+    // One matmul into [n, gate | up]; views for one row, else gathered as rows of n_ff.
+    void gate_up_proj(const decoder_layer_weights& L, const tensor& h, int64_t n, tensor& gate, tensor& up) {
+        const int64_t ff = cfg_.n_ff;
+        tensor gu = tensor_rows(gu_, 0, n);
+        be_.matmul(h, L.gate_up, gu, mode_);
+        if (n == 1) {
+            tensor flat = tensor_reshape(gu, {2 * ff});
+            gate = tensor_reshape(tensor_rows(flat, 0, ff), {1, ff});
+            up = tensor_reshape(tensor_rows(flat, ff, ff), {1, ff});
+            return;
+        }
+        tensor rows = tensor_reshape(gu, {2 * n, ff});
+        be_.get_rows(rows, tensor_rows(gate_ids_, 0, n), gate);
+        be_.get_rows(rows, tensor_rows(up_ids_, 0, n), up);
+    }
     void tap(const char* name, int il, const tensor& t) {
         if (tap_) tap_(name, il, t);
     }
     decoder_weights w_;
     matmul_mode mode_;
     tensor residual_, h_, q_, k_, v_, attn_, proj_, gate_, up_, last_, logits_, logits_view_, inv_freq_;
+    tensor qkv_, gu_, q_ids_, k_ids_, v_ids_, gate_ids_, up_ids_;  // fused projections (see qkv_proj)
     std::unique_ptr<moe_ffn> moe_;  // buffers of the MoE layers (models with n_expert > 0)
 };
 
 }  // namespace
 
 decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be,
-                                     const std::function<void(int64_t, int64_t)>& progress) {
+                                     const std::function<void(int64_t, int64_t)>& progress, bool fuse) {
     decoder_weights d;
     int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
     const tensor& embed = w.get("model.embed_tokens.weight");
@@ -145,15 +260,29 @@ decoder_weights load_decoder_weights(const model_config& c, model_weights& w, ba
             L.q_norm = load_vec(w, be, p + "self_attn.q_norm.weight", c.head_dim);
             L.k_norm = load_vec(w, be, p + "self_attn.k_norm.weight", c.head_dim);
         }
-        L.q = load_linear(w, be, p + "self_attn.q_proj", q_dim, c.n_embd);
-        L.k = load_linear(w, be, p + "self_attn.k_proj", kv_dim, c.n_embd);
-        L.v = load_linear(w, be, p + "self_attn.v_proj", kv_dim, c.n_embd);
+        {
+            const linear_weight& q = host_linear(w, p + "self_attn.q_proj", q_dim, c.n_embd);
+            const linear_weight& k = host_linear(w, p + "self_attn.k_proj", kv_dim, c.n_embd);
+            const linear_weight& v = host_linear(w, p + "self_attn.v_proj", kv_dim, c.n_embd);
+            if (auto f = fuse ? stack_rows({&q, &k, &v}) : std::nullopt) {
+                L.qkv = be.prepare_linear(*f);
+                L.fused_qkv = true;
+            } else {
+                L.q = be.prepare_linear(q), L.k = be.prepare_linear(k), L.v = be.prepare_linear(v);
+            }
+        }
         L.o = load_linear(w, be, p + "self_attn.o_proj", c.n_embd, q_dim);
         if (c.is_moe_layer(il)) {
             L.moe = std::make_shared<const moe_layer_weights>(load_moe_layer(c, w, be, p));
         } else {
-            L.gate = load_linear(w, be, p + "mlp.gate_proj", c.n_ff, c.n_embd);
-            L.up = load_linear(w, be, p + "mlp.up_proj", c.n_ff, c.n_embd);
+            const linear_weight& g = host_linear(w, p + "mlp.gate_proj", c.n_ff, c.n_embd);
+            const linear_weight& u = host_linear(w, p + "mlp.up_proj", c.n_ff, c.n_embd);
+            if (auto f = fuse ? stack_rows({&g, &u}) : std::nullopt) {
+                L.gate_up = be.prepare_linear(*f);
+                L.fused_gate_up = true;
+            } else {
+                L.gate = be.prepare_linear(g), L.up = be.prepare_linear(u);
+            }
             L.down = load_linear(w, be, p + "mlp.down_proj", c.n_embd, c.n_ff);
         }
         d.layers.push_back(std::move(L));

@@ -17,6 +17,12 @@ struct decoder_layer_weights {
     tensor q_norm, k_norm;        // [head_dim] (qk-norm only)
     linear_weight q, k, v, o;     // [n_head·head_dim, n_embd], [n_head_kv·head_dim, n_embd] ×2, [n_embd, n_head·head_dim]
     linear_weight gate, up, down; // [n_ff, n_embd] ×2, [n_embd, n_ff] (dense FFN layers)
+    // Fused forms (one weight read, one launch), used instead of q/k/v and gate/up when the
+    // checkpoint allows one matmul to stand for them (same kind, and for NVFP4 the same global and
+    // activation scales — ModelOpt shares weight_scale_2 across q/k/v and gate/up):
+    bool fused_qkv = false, fused_gate_up = false;
+    linear_weight qkv;            // rows [q | k | v]: [(n_head + 2·n_head_kv)·head_dim, n_embd]
+    linear_weight gate_up;        // rows [gate | up]: [2·n_ff, n_embd]
     std::shared_ptr<const moe_layer_weights> moe;  // MoE layers (model_config::is_moe_layer): replaces gate/up/down
 };
 
@@ -29,8 +35,9 @@ struct decoder_weights {
 
 // Reads HF-named tensors ("model.layers.{il}.self_attn.q_proj", ...) for a Llama-family model,
 // checks every shape against the config, and prepares them on the backend.
+// fuse: stack q/k/v and gate/up into one weight each where exact (decoder_layer_weights).
 decoder_weights load_decoder_weights(const model_config& c, model_weights& w, backend& be,
-                                     const std::function<void(int64_t, int64_t)>& progress = {});
+                                     const std::function<void(int64_t, int64_t)>& progress = {}, bool fuse = true);
 
 std::unique_ptr<causal_lm> make_dense_decoder(const model_config& c, decoder_weights w, backend& be,
                                               const model_options& opt);

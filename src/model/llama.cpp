@@ -10,7 +10,7 @@ namespace tetra {
 std::unique_ptr<causal_lm> create_llama(const model_config& c, model_weights& w, backend& be, const model_options& opt) {
     TETRA_CHECK(!c.qk_norm && !c.attention_bias, "%s: LlamaForCausalLM with qk-norm or attention biases is not supported",
                 c.path.c_str());
-    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress), be, opt);
+    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress, opt.fuse_projections), be, opt);
 }
 
 }  // namespace tetra

@@ -64,6 +64,9 @@ struct model_options {
     // Activation dtype; unset = the backend's default (f32 on the CPU, bf16 on CUDA). A CPU model
     // with bf16 activations rounds where the GPU rounds: the like-for-like oracle of a GPU run.
     std::optional<dtype> act;
+    // Stack q/k/v and gate/up into one matmul each where that is exact (same kind; NVFP4 with the
+    // same global and activation scales). Off: one matmul per projection (tests compare the two).
+    bool fuse_projections = true;
     // Called after each layer's weights are prepared: (layers done, n_layer). For progress bars.
     std::function<void(int64_t, int64_t)> progress;
 };

@@ -10,7 +10,7 @@ std::unique_ptr<causal_lm> create_qwen3(const model_config& c, model_weights& w,
     TETRA_CHECK(c.qk_norm, "%s: Qwen3 expects qk-norm", c.path.c_str());
     TETRA_CHECK(!c.attention_bias, "%s: Qwen3 with attention_bias true is not supported (no q/k/v bias op yet)",
                 c.path.c_str());
-    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress), be, opt);
+    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress, opt.fuse_projections), be, opt);
 }
 
 }  // namespace tetra

@@ -15,7 +15,7 @@ std::unique_ptr<causal_lm> create_qwen3_moe(const model_config& c, model_weights
                 c.path.c_str());
     TETRA_CHECK(c.n_expert > 0, "%s: Qwen3MoeForCausalLM with num_experts 0 has no MoE layer; expected >= 1 expert",
                 c.path.c_str());
-    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress), be, opt);
+    return make_dense_decoder(c, load_decoder_weights(c, w, be, opt.progress, opt.fuse_projections), be, opt);
 }
 
 }  // namespace tetra
