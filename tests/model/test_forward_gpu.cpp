@@ -79,7 +79,12 @@ double nmse(const std::vector<double>& got, const std::vector<double>& ref) {
     return num / (den > 0 ? den : 1);
 }
 
-void check_config(const std::string& name) {
+// MoE models (routing_flips > 0): a token whose router top-k sits on a near-tie may pick another
+// expert on the GPU (bf16 router logits) than on the f32 oracle — a legitimate divergence that moves
+// that token's FFN output entirely (row NMSE ~1, whole-tap NMSE ~1/n_tokens). Taps are then compared
+// per token: at most routing_flips rows may exceed the bound, and the NMSE of the other rows must
+// stay below it; teacher-forced ties (each still asserted inside the tie band) may number max_ties.
+void check_config(const std::string& name, int routing_flips = 0, int max_ties = 4) {
     ASSERT_GT(cuda_device_count(), 0) << "gpu test needs a CUDA device";
     model_config c = load_model_config(std::string(TETRA_SOURCE_DIR) + "/configs/" + name);
     dummy_options dop;
@@ -106,7 +111,27 @@ void check_config(const std::string& name) {
     gpu.lm->set_tap([&](const std::string& n, int il, const tensor& t) {
         auto it = ref.find(key(n, il));
         ASSERT_NE(it, ref.end()) << "tap " << key(n, il) << " only on the GPU";
-        double e = nmse(host_values(*gpu.be, t), it->second);
+        std::vector<double> got = host_values(*gpu.be, t);
+        double e = nmse(got, it->second);
+        if (routing_flips > 0 && t.rank() >= 2 && t.dim(0) > 1) {  // per token: rows over the bound are flips
+            const size_t rows = size_t(t.dim(0)), w = got.size() / rows;
+            std::vector<double> g_ok, r_ok;
+            int flipped = 0;
+            for (size_t i = 0; i < rows; ++i) {
+                std::vector<double> g(got.begin() + i * w, got.begin() + (i + 1) * w);
+                std::vector<double> r(it->second.begin() + i * w, it->second.begin() + (i + 1) * w);
+                if (nmse(g, r) >= 1e-2) {
+                    ++flipped;
+                    continue;
+                }
+                g_ok.insert(g_ok.end(), g.begin(), g.end()), r_ok.insert(r_ok.end(), r.begin(), r.end());
+            }
+            if (flipped) std::printf("[%s] tap %s: %d of %zu tokens over 1e-2 (whole-tap NMSE %.3g)\n", name.c_str(),
+                                     key(n, il).c_str(), flipped, rows, e);
+            EXPECT_LE(flipped, routing_flips) << name << ": tap " << key(n, il) << " has " << flipped
+                                               << " tokens with NMSE >= 1e-2";
+            e = nmse(g_ok, r_ok);
+        }
         ++n_taps;
         if (e > worst) worst = e, worst_at = key(n, il);
         EXPECT_LT(e, 1e-2) << name << ": tap " << key(n, il) << " NMSE " << e;
@@ -185,7 +210,7 @@ void check_config(const std::string& name) {
             << name << " step " << i << ": GPU picked " << g << " (oracle logit " << l[size_t(g)] << "), oracle picked "
             << want << " (" << l[size_t(want)] << "); tie band " << delta;
     }
-    EXPECT_LE(ties, 4) << name << ": " << ties << " of 64 teacher-forced steps differ (all within the tie band)";
+    EXPECT_LE(ties, max_ties) << name << ": " << ties << " of 64 teacher-forced steps differ (all within the tie band)";
     // (b) free running
     run_out g_graph = greedy(gpu, true, nullptr, false), g_eager = greedy(gpu, false, nullptr, false);
     EXPECT_EQ(g_eager.tokens, g_graph.tokens) << name << ": graph replay changed the tokens";
@@ -205,6 +230,9 @@ void check_config(const std::string& name) {
 
 TEST(forward_gpu, smollm2_135m_taps_and_64_greedy_steps) { check_config("smollm2-135m-nvfp4"); }
 TEST(forward_gpu, qwen3_0_6b_taps_and_64_greedy_steps) { check_config("qwen3-0.6b-nvfp4"); }
+// Qwen3-MoE (4 layers, one dense, 16 experts top-2): route/permute/grouped matmul/combine on the GPU.
+// At most 2 flipped tokens per tap (a flip at layer l persists in that token's later taps) and 8 ties.
+TEST(forward_gpu, qwen3_moe_tiny_taps_and_64_greedy_steps) { check_config("qwen3-moe-tiny-nvfp4", 2, 8); }
 
 }  // namespace
 }  // namespace tetra

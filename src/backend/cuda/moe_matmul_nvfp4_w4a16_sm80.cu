@@ -1,13 +1,14 @@
 // moe_matmul_nvfp4_w4a16_sm80: the grouped W4A16 matmul on experts prepared by
 // cuda_backend::prepare_linear (the sm80 packed layout of matmul_nvfp4_w4a16_sm80.cu). Grid (permuted
-// rows, weight tile groups): each CTA finds its row's expert by a binary search of expert_offsets
+// rows, 16-row weight tiles): each CTA finds its row's expert by a binary search of expert_offsets
 // on the device (no host sync, graph-capturable) and reads that expert's weight through a device
-// table of per-expert pointers (uploaded once per experts vector, moe_expert_table). One warp per
-// 16-row weight tile: e2m1 · e4m3 · 2^-8 decoded exactly to bf16 (w4a16::a_regs), f32 FMAs against
-// x in k order per lane, a fixed xor-tree over the 4 lanes sharing a row, × scale_global · 2^8.
-// No split-K, no atomics: every output element's summation order is fixed and independent of the
-// batch. Correctness-first (CUDA cores, no mma.sync; measured in docs/moe.md). Also registers every
-// CUDA MoE table (register_moe_kernels_cuda).
+// table of per-expert pointers (uploaded once per experts vector, moe_expert_table_sm80.h). Four
+// warps split the tile's 64-k chunks round-robin: e2m1 · e4m3 · 2^-8 decoded exactly to bf16
+// (w4a16::a_regs), f32 FMAs against x in k order per lane, a fixed xor-tree over the 4 lanes of a
+// row, the warps summed in order through shared memory, × scale_global · 2^8. No atomics; the split
+// depends only on k, so every output element's summation order is independent of the batch.
+// Correctness-first (CUDA cores, no mma.sync; measured in docs/moe.md). Also registers every CUDA
+// MoE table (register_moe_kernels_cuda).
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
@@ -39,21 +40,23 @@ __device__ __forceinline__ int expert_of_row(const int32_t* offsets, int ne, int
 }
 
 // x: bf16 [n_rows, k]; out: bf16 [n_rows, n]; offsets: i32 [ne + 1]; table: [ne] packed weights.
+// CTA = (row, 16-row weight tile); warp w takes chunks w, w + WARPS, … (a split that depends only
+// on k); the four lanes of a row and then the warps are summed in a fixed order.
 __global__ void __launch_bounds__(WARPS * 32) moe_w4a16_kernel(const __nv_bfloat16* x, __nv_bfloat16* out,
                                                                const int32_t* offsets, const moe_expert_ptrs* table,
-                                                               int ne, int n, int k, int n_tiles, int k_chunks,
-                                                               int k_groups) {
-    const int r = blockIdx.x, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.y * WARPS + (threadIdx.x >> 5);
+                                                               int ne, int n, int k, int k_chunks, int k_groups) {
+    __shared__ float red[WARPS][16];
+    const int r = blockIdx.x, tile = blockIdx.y, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int e = expert_of_row(offsets, ne, r);
-    if (e < 0 || tile >= n_tiles) return;
+    if (e < 0) return;  // uniform over the CTA
     const moe_expert_ptrs ex = table[e];
     const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(tile) * k_chunks * 32 + lane;
     const uint4* scales = static_cast<const uint4*>(ex.b) + size_t(tile) * k_groups * 32 + lane;
     const __nv_bfloat16* xr = x + size_t(r) * k + 16 * t;
     float acc0 = 0.0f, acc1 = 0.0f;  // rows g and g + 8 of the tile, this lane's k
-#pragma unroll 4
-    for (int c = 0; c < k_chunks; ++c) {
+#pragma unroll 2
+    for (int c = warp; c < k_chunks; c += WARPS) {
         const int kk = c * CHUNK_K + 16 * t;
         if (kk >= k) continue;  // zero padding of the packed layout
         const uint4 q = ld_stream(codes + size_t(c) * 32);
@@ -83,10 +86,14 @@ __global__ void __launch_bounds__(WARPS * 32) moe_w4a16_kernel(const __nv_bfloat
     acc1 += __shfl_xor_sync(0xffffffffu, acc1, 1);
     acc0 += __shfl_xor_sync(0xffffffffu, acc0, 2);
     acc1 += __shfl_xor_sync(0xffffffffu, acc1, 2);
-    if (t != 0) return;
-    const int row0 = tile * 16 + g, row1 = row0 + 8;
-    if (row0 < n) out[size_t(r) * n + row0] = __float2bfloat16_rn(acc0 * ex.alpha);
-    if (row1 < n) out[size_t(r) * n + row1] = __float2bfloat16_rn(acc1 * ex.alpha);
+    if (t == 0) red[warp][g] = acc0, red[warp][g + 8] = acc1;
+    __syncthreads();
+    if (threadIdx.x >= 16) return;
+    const int row = tile * 16 + threadIdx.x;
+    float sum = red[0][threadIdx.x];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) sum += red[w][threadIdx.x];
+    if (row < n) out[size_t(r) * n + row] = __float2bfloat16_rn(sum * ex.alpha);
 }
 
 void moe_w4a16_launch(backend& be, const moe_matmul_args& a) {
@@ -97,10 +104,10 @@ void moe_w4a16_launch(backend& be, const moe_matmul_args& a) {
         return moe_expert_ptrs{w.codes.data, w.scales.data, w.scale_global * 256.0f};
     });
     w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
-    dim3 grid(unsigned(a.n_rows), unsigned((d.n_tiles + WARPS - 1) / WARPS));
+    dim3 grid(unsigned(a.n_rows), unsigned(d.n_tiles));
     moe_w4a16_kernel<<<grid, WARPS * 32, 0, s>>>(a.x.ptr<const __nv_bfloat16>(), a.out.ptr<__nv_bfloat16>(),
                                                  a.expert_offsets.ptr<const int32_t>(), table, int(ex.size()),
-                                                 int(a.n), int(a.k), int(d.n_tiles), int(d.k_chunks), int(d.k_groups));
+                                                 int(a.n), int(a.k), int(d.k_chunks), int(d.k_groups));
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -111,6 +118,7 @@ std::string moe_w4a16_accepts(const moe_matmul_args& a) {
     if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
     if (a.n_rows > INT32_MAX / 2) return "too many permuted rows for int indexing";
     if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2) return "shape too large for int indexing";
+    if ((a.n + 15) / 16 > 65535) return "more than 65535 weight tiles (grid.y)";
     const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
     if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
     for (size_t e : {size_t(0), a.experts->size() - 1}) {
