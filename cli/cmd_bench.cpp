@@ -53,6 +53,13 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// One sequence's prompt through the runner in chunks of the model's max_tokens rows.
+void prefill(model_runner& runner, const std::vector<int32_t>& table, const std::vector<int32_t>& prompt) {
+    const int64_t n = int64_t(prompt.size()), chunk = runner.model().max_tokens();
+    for (int64_t p = 0; p < n; p += chunk)
+        runner.run_argmax({seq_chunk{&table, p, prompt.data() + p, std::min<int64_t>(chunk, n - p)}});
+}
+
 struct decode_result {
     int64_t batch = 0;
     double step_ms = 0, tok_s = 0, bytes_per_step = 0, roofline_pct = 0;
@@ -74,12 +81,7 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
                             "lower --batch, --input-len or --output-len");
         for (int i = 0; i < f.input_len; ++i) prompts[size_t(s)].push_back(int32_t(rng() % uint32_t(vocab)));
     }
-    const int64_t chunk = m.model->max_tokens();
-    for (int64_t s = 0; s < B; ++s)
-        for (int64_t p = 0; p < f.input_len; p += chunk) {
-            seq_chunk c{&tables[size_t(s)], p, prompts[size_t(s)].data() + p, std::min<int64_t>(chunk, f.input_len - p)};
-            runner.run_argmax({c});
-        }
+    for (int64_t s = 0; s < B; ++s) prefill(runner, tables[size_t(s)], prompts[size_t(s)]);
     std::vector<int32_t> next(size_t(B), 1);
     auto decode_step = [&](int64_t pos) {
         std::vector<seq_chunk> cs;
@@ -137,13 +139,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
     int64_t max_b = *std::max_element(batches.begin(), batches.end());
     flags.max_tokens_per_step = std::max<int64_t>(flags.max_tokens_per_step, max_b);
     std::string dir = flags.model.empty() ? default_model_dir() : flags.model;
-    load_options opt;
-    opt.max_tokens = flags.max_tokens_per_step;
-    opt.skip_selftest = flags.skip_selftest;
-    opt.device = flags.device;
-    opt.load_format = flags.load_format;
-    opt.seed = flags.dummy_seed;
-    opt.tokenizer_dir = flags.tokenizer;
+    load_options opt = flags.options();
     opt.require_tokenizer = false;
     opt.progress = !f.json;
     if (flags.threads > 0) set_num_threads(flags.threads);
@@ -164,14 +160,9 @@ void bench(const model_flags& mf, const bench_flags& f) {
         model_runner runner(*m->model, *m->be, kv);
         std::vector<int32_t> table, prompt(size_t(f.input_len), 7);
         pool.grow(table, f.input_len, bs);
-        const int64_t chunk = m->model->max_tokens();
-        auto once = [&] {
-            for (int64_t p = 0; p < f.input_len; p += chunk)
-                runner.run_argmax({seq_chunk{&table, p, prompt.data() + p, std::min<int64_t>(chunk, f.input_len - p)}});
-        };
-        once();  // warm-up
+        prefill(runner, table, prompt);  // warm-up
         double t0 = now_s();
-        once();
+        prefill(runner, table, prompt);
         prefill_tok_s = f.input_len / (now_s() - t0);
         pool.release(table);
     }

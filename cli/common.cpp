@@ -39,6 +39,10 @@ std::unique_ptr<loaded_model> model_flags::load() const {
         throw cli_error("'" + dir + "' has no tokenizer.json (--load-format dummy needs only config.json for the "
                         "weights, but this command reads and writes text)",
                         "pass --tokenizer DIR (a directory with the model family's tokenizer.json), or use `tetra bench`");
+    return load_model(dir, options());
+}
+
+load_options model_flags::options() const {
     load_options opt;
     opt.max_model_len = max_model_len;
     opt.max_tokens = max_tokens_per_step;
@@ -48,7 +52,7 @@ std::unique_ptr<loaded_model> model_flags::load() const {
     opt.load_format = load_format;
     opt.tokenizer_dir = tokenizer;
     opt.seed = dummy_seed;
-    return load_model(dir, opt);
+    return opt;
 }
 
 void sampling_flags::add(CLI::App* cmd) {

@@ -26,6 +26,7 @@ struct model_flags {
     uint64_t dummy_seed = 0;
     void add(CLI::App* cmd);
     std::unique_ptr<loaded_model> load() const;  // errors carry a hint
+    load_options options() const;                 // the load options these flags say
 };
 
 struct sampling_flags {

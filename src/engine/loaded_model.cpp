@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 
 #include <chrono>
@@ -52,11 +53,10 @@ std::string dummy_quant(const model_config& c) {
     std::stringstream ss;
     ss << f.rdbuf();
     auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (j.is_object() && j.contains("quantization_config") && j["quantization_config"].dump().find("NVFP4") != std::string::npos)
-        return "nvfp4";
-    if (j.is_object() && j.contains("quantization_config") && j["quantization_config"].dump().find("nvfp4") != std::string::npos)
-        return "nvfp4";
-    return "bf16";
+    if (!j.is_object() || !j.contains("quantization_config")) return "bf16";
+    std::string q = j["quantization_config"].dump();
+    for (char& ch : q) ch = char(std::tolower((unsigned char)ch));
+    return q.find("nvfp4") != std::string::npos ? "nvfp4" : "bf16";
 }
 
 }  // namespace
