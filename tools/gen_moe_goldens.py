@@ -18,6 +18,11 @@ byte-identical to `tetra quantize`; routers, shared_expert_gate and lm_head stay
 tools/dequant_nvfp4.py to float32; ref_logits_nvfp4_ct.bin: the compressed-tensors recipe, dequantized with
 S = 1/weight_global_scale. Files as tools/make_random_model.py (ref_ids.json, raw f32 logits).
 Usage: python3 tools/gen_moe_goldens.py [OUT_ROOT]   (default tests/data/moe)
+       python3 tools/gen_moe_goldens.py --random-model OUT [--hidden 1024 --layers 8 --experts 64 --top-k 8
+                                        --moe-ff 256 --tokenizer DIR --seed 1 --device cpu]
+The second form writes one larger random Qwen3MoeForCausalLM checkpoint (the same weight recipe, Hub tensor
+names, bf16, the tokenizer of DIR, default tests/data/tokenizer/qwen3) and no references: for
+scripts/device-moe-hf.sh, which compares the engine with live transformers (tools/compare_hf.py).
 """
 import json
 import os
@@ -56,16 +61,18 @@ def is_moe_layer(cfg, il):
     return il not in cfg["mlp_only_layers"] and (il + 1) % cfg["decoder_sparse_step"] == 0
 
 
-def random_checkpoint(cfg, seed):
+def random_checkpoint(cfg, seed, device="cpu"):
     """Per-expert (Hub) state dict of f32 tensors with O(1) activations; routers scaled x3 so the top-k
-    choices have clear margins (recorded as min_router_margin)."""
-    g = torch.Generator().manual_seed(seed)
+    choices have clear margins (recorded as min_router_margin). device: where torch draws them (the seeded
+    stream differs between cpu and cuda; the tensors come back on the cpu)."""
+    g = torch.Generator(device=device).manual_seed(seed)
     h, ff, fe, fs = cfg["hidden_size"], cfg["intermediate_size"], cfg["moe_intermediate_size"], \
         cfg.get("shared_expert_intermediate_size", 0)
     q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
-    lin = lambda o, i, s=1.0: s * torch.randn((o, i), generator=g) / i ** 0.5  # noqa: E731
-    norm = lambda n: 1.0 + 0.2 * torch.randn((n,), generator=g)  # noqa: E731
-    sd = {"model.embed_tokens.weight": 0.5 * torch.randn((cfg["vocab_size"], h), generator=g)}
+    randn = lambda *shape: torch.randn(shape, generator=g, device=device).cpu()  # noqa: E731
+    lin = lambda o, i, s=1.0: s * randn(o, i) / i ** 0.5  # noqa: E731
+    norm = lambda n: 1.0 + 0.2 * randn(n)  # noqa: E731
+    sd = {"model.embed_tokens.weight": 0.5 * randn(cfg["vocab_size"], h)}
     for il in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{il}."
         sd[p + "input_layernorm.weight"] = norm(h)
@@ -88,7 +95,7 @@ def random_checkpoint(cfg, seed):
             sd[p + "mlp.shared_expert_gate.weight"] = lin(1, h, 2.0)
     sd["model.norm.weight"] = norm(h)
     if not cfg["tie_word_embeddings"]:
-        sd["lm_head.weight"] = 0.5 * torch.randn((cfg["vocab_size"], h), generator=g)
+        sd["lm_head.weight"] = 0.5 * randn(cfg["vocab_size"], h)
     return sd
 
 
@@ -249,7 +256,50 @@ def make(name, spec, out_root):
     print(f"{name}: {json.dumps({k: v for k, v in meta.items() if k != 'token_ids'})}")
 
 
+def random_model(argv):
+    """--random-model OUT ...: one larger checkpoint (config.json, model.safetensors, tokenizer files)."""
+    import argparse
+    from safetensors.torch import save_file
+    ap = argparse.ArgumentParser(prog="gen_moe_goldens.py --random-model")
+    ap.add_argument("out")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--moe-ff", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=0, help="default: the tokenizer's, rounded up to a multiple of 128")
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "tests/data/tokenizer/qwen3"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="torch device that draws the weights (cuda is faster)")
+    a = ap.parse_args(argv)
+    n_tok = mrm.vocab_size(os.path.join(a.tokenizer, "tokenizer.json"))
+    vocab = a.vocab or (n_tok + 127) // 128 * 128
+    assert vocab >= n_tok, f"--vocab {vocab} < the tokenizer's {n_tok} ids"
+    cfg = dict(COMMON, hidden_size=a.hidden, intermediate_size=4 * a.hidden, num_attention_heads=a.heads,
+               num_key_value_heads=a.kv_heads, head_dim=a.head_dim, max_position_embeddings=4096,
+               num_experts=a.experts, moe_intermediate_size=a.moe_ff, num_hidden_layers=a.layers,
+               mlp_only_layers=[], decoder_sparse_step=1, num_experts_per_tok=a.top_k, norm_topk_prob=True,
+               tie_word_embeddings=False, vocab_size=vocab, eos_token_id=None)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(a.tokenizer, fn), os.path.join(a.out, fn))
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in random_checkpoint(cfg, a.seed, a.device).items()}
+    save_file(sd, os.path.join(a.out, "model.safetensors"), metadata={"format": "pt"})
+    n = sum(v.numel() for v in sd.values())
+    print(f"random Qwen3MoeForCausalLM -> {a.out}: {n / 1e6:.1f} M parameters, hidden {a.hidden}, {a.layers} layers, "
+          f"{a.experts} experts top-{a.top_k}, moe_intermediate {a.moe_ff}, vocab {vocab}, seed {a.seed}")
+    return 0
+
+
 def main(argv):
+    if len(argv) > 1 and argv[1] == "--random-model":
+        return random_model(argv[2:])
     out_root = argv[1] if len(argv) > 1 else os.path.join(ROOT, "tests/data/moe")
     os.makedirs(out_root, exist_ok=True)
     for name, spec in MODELS.items():
