@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/log.h"
@@ -18,6 +19,29 @@ namespace {
 std::atomic<uint64_t> g_trips[k_guard_trip_kinds];
 
 typedef float f32x4 __attribute__((vector_size(16)));  // GCC vector extension: SSE2 on x86-64, NEON on arm64
+
+// The verdict on a finite row's spread (shared by check_row and stats_verdict): all equal, or a
+// std below the floor. An all-equal row prints x0 (check_row's min keeps x0's bits then).
+guard_verdict spread_verdict(int64_t row, int64_t n, float x0, float lo, float hi, double S, double SS,
+                             const output_guard_config& c) {
+    guard_verdict v;
+    v.row = row;
+    if (lo == hi) {
+        v.trip = guard_trip::ROW_IDENTICAL;
+        v.detail = strfmt("row %lld: all %lld logits equal %g (argmax degenerates to token id 0)", (long long)row,
+                          (long long)n, double(x0));
+        return v;
+    }
+    double mean = S / double(n), var = std::max(0.0, SS / double(n) - mean * mean), sd = std::sqrt(var);
+    if (sd < double(c.min_std)) {
+        v.trip = guard_trip::COLLAPSED;
+        v.detail = strfmt("row %lld: logits collapsed to a near-constant (std %.3g < %.3g, range [%g, %g])",
+                          (long long)row, sd, double(c.min_std), double(lo), double(hi));
+        return v;
+    }
+    v.row = -1;
+    return v;
+}
 
 // Row `row` of length n (n ≥ 2). Shifting by x[0] keeps the f32 sums small for rows with a large
 // common offset (softmax-invariant), so the variance does not cancel catastrophically. Two 4-lane
@@ -43,7 +67,7 @@ guard_verdict check_row(const float* x, int64_t n, int64_t row, const output_gua
             S += s[h][l], SS += ss[h][l], lo = std::min(lo, mn[h][l]), hi = std::max(hi, mx[h][l]);
     for (; j < n; ++j) {
         float v = x[j], d = v - x0;
-        S += d, SS += double(d) * d;
+        S += d, SS += double(d * d);  // squared in f32 as in the lanes: overflow does not depend on j
         lo = v < lo ? v : lo, hi = v > hi ? v : hi;
     }
     guard_verdict v;
@@ -60,21 +84,31 @@ guard_verdict check_row(const float* x, int64_t n, int64_t row, const output_gua
         v.detail = strfmt("row %lld: logits overflow (values up to %g)", (long long)row, double(std::max(-lo, hi)));
         return v;
     }
-    if (lo == hi) {
-        v.trip = guard_trip::ROW_IDENTICAL;
-        v.detail = strfmt("row %lld: all %lld logits equal %g (argmax degenerates to token id 0)", (long long)row,
-                          (long long)n, double(lo));
+    return spread_verdict(row, n, x0, lo, hi, S, SS, c);
+}
+
+// The verdict of stats (check_stats): the same trips and messages as check_row.
+guard_verdict stats_verdict(const guard_row_stats& s, int64_t n, int64_t row, const output_guard_config& c) {
+    guard_verdict v;
+    v.row = row;
+    if (s.first_bad >= 0) {
+        v.trip = guard_trip::NON_FINITE;
+        v.col = s.first_bad;
+        v.detail = strfmt("row %lld: %s at column %lld", (long long)row, std::isnan(s.bad_value) ? "NaN" : "Inf",
+                          (long long)s.first_bad);
         return v;
     }
-    double mean = S / double(n), var = std::max(0.0, SS / double(n) - mean * mean), sd = std::sqrt(var);
-    if (sd < double(c.min_std)) {
-        v.trip = guard_trip::COLLAPSED;
-        v.detail = strfmt("row %lld: logits collapsed to a near-constant (std %.3g < %.3g, range [%g, %g])",
-                          (long long)row, sd, double(c.min_std), double(lo), double(hi));
+    // check_row squares every d = f32(x - x0) in f32: its sum is not finite when the largest |d|
+    // squares past FLT_MAX (or the squares add up past it).
+    const float dhi = s.hi - s.x0, dlo = s.lo - s.x0;
+    const float dmax = std::max(std::fabs(dhi), std::fabs(dlo));
+    const float dmax_sq = dmax * dmax;
+    if (!std::isfinite(dmax_sq) || !(s.sum_sq <= double(std::numeric_limits<float>::max()))) {
+        v.trip = guard_trip::NON_FINITE;
+        v.detail = strfmt("row %lld: logits overflow (values up to %g)", (long long)row, double(std::max(-s.lo, s.hi)));
         return v;
     }
-    v.row = -1;
-    return v;
+    return spread_verdict(row, n, s.x0, s.lo, s.hi, s.sum, s.sum_sq, c);
 }
 
 }  // namespace
@@ -100,6 +134,16 @@ guard_verdict output_guard::check(const float* logits, int64_t n_vocab, int64_t 
     if (!c.enabled || n_vocab < 2) return {};
     for (int64_t r = 0; r < n_rows; ++r) {
         guard_verdict v = check_row(logits + r * n_vocab, n_vocab, r, c);
+        if (!v.ok()) return v;
+    }
+    return {};
+}
+
+guard_verdict output_guard::check_stats(const guard_row_stats* stats, int64_t n_vocab, int64_t n_rows,
+                                        const output_guard_config& c) {
+    if (!c.enabled || n_vocab < 2) return {};
+    for (int64_t r = 0; r < n_rows; ++r) {
+        guard_verdict v = stats_verdict(stats[r], n_vocab, r, c);
         if (!v.ok()) return v;
     }
     return {};

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/sampling.h"
 #include "core/error.h"
 
 namespace tetra {
@@ -55,6 +56,15 @@ class output_guard {
     // logits: f32 [n_rows, n_vocab] row-major (host)
     static guard_verdict check(const float* logits, int64_t n_vocab, int64_t n_rows = 1,
                                const output_guard_config& c = {});
+    // check()'s verdict from each row's statistics (backend/sampling.h sample_guard_stats: what a
+    // device computes so that the rows stay there): the same kinds, rows, columns and messages.
+    // The overflow case ("logits overflow") is decided on the f32 square of the largest |x - x[0]|
+    // or an f64 sum of squares beyond FLT_MAX; check() decides it on its f32 lane sums, so the two
+    // can differ only for rows whose squared spread straddles the f32 range (|logits| ~ 1e19).
+    // The std is the f64 one (check(): f32 lanes summed in f64; they agree to ~1e-6 relative).
+    // stats: [n_rows] guard_row_stats (host)
+    static guard_verdict check_stats(const guard_row_stats* stats, int64_t n_vocab, int64_t n_rows = 1,
+                                     const output_guard_config& c = {});
 
     // One step of a request: check(); on a trip counts it, optionally calls `locate` (debug_taps:
     // re-runs the step with taps, returns the first bad tap) and throws output_guard_error.

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/moe.h"
+#include "backend/sampling.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
 
@@ -30,6 +31,7 @@ void register_kernels(kernel_registry& r) {
     register_cast(r);
     register_quantize_nvfp4_act(r);
     register_moe_kernels(r);  // moe_register.cpp
+    register_sampling_kernels(r);  // sample_rows_cpu.cpp, sample_guard_stats_cpu.cpp
 }
 
 namespace {
