@@ -1,7 +1,7 @@
 // add_rms_norm_sm80 (fused): residual += x, rounded to the activation dtype as an unfused add
 // would (and as the CPU oracle), then out = rms_norm(residual) · w from the rounded values. One
 // block per row; each thread re-reads only the residual elements it wrote itself.
-#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -31,6 +31,9 @@ static void add_rms_norm_launch(backend& be, const add_rms_norm_args& a) {
     int threads = n >= 4096 ? 1024 : n >= 1024 ? 256 : n >= 256 ? 128 : 32;
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (launch_norm_vec<T, true>(a.residual.ptr<T>(), a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n_rows,
+                                     n, a.eps, stream_of(be)))
+            return;
         add_rms_norm_kernel<T><<<unsigned(n_rows), threads, 0, stream_of(be)>>>(
             a.residual.ptr<T>(), a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n, a.eps);
         CUDA_CHECK(cudaGetLastError());

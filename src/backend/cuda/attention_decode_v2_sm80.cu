@@ -5,6 +5,7 @@
 // merges its subgroups in shared memory, and a merge kernel combines the splits in fixed order
 // (O = Σ_i e^(lse_i − lse) · O_i; deterministic, no atomics). Splits past a row's position exit.
 #include "backend/cuda/attention_device.cuh"
+#include "core/env.h"
 
 namespace tetra {
 namespace cuda {
@@ -214,30 +215,50 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
 }
 
 // One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
-// lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads.
+// lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads. The
+// splits' weights are computed in parallel into shared memory first (n_splits ≤ 128), so the
+// in-order sum only waits on independent part_o loads.
 template <class T>
 __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
+    __shared__ float s_w[128];    // e^(lse_i − max); 0 for a skipped split
+    __shared__ int s_use[128];    // split i holds keys for the row and its lse is finite
+    __shared__ float s_red[32];
+    __shared__ int s_nan;
     const int64_t row = blockIdx.x;
     const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
     const float* lse = p.part_lse + row * p.n_splits;
+    if (threadIdx.x == 0) s_nan = 0;
+    __syncthreads();
     float mx = -INFINITY;
-    bool nan = false;
-    for (int i = 0; i < p.n_splits; ++i) {
+    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) {
         int lo, hi;
         dv2_split_range(p, pos, i, lo, hi);
-        if (lo <= hi) mx = fmaxf(mx, lse[i]), nan |= lse[i] != lse[i];
+        float l = lo <= hi ? lse[i] : -INFINITY;
+        s_w[i] = l;
+        s_use[i] = lo <= hi && l != -INFINITY;
+        if (l != l) s_nan = 1;  // benign race: every writer stores 1
+        else mx = fmaxf(mx, l);
     }
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_red[w]);
+    const bool nan = s_nan != 0;
+    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) s_w[i] = s_use[i] ? expf(s_w[i] - mx) : 0.0f;
+    __syncthreads();
     if (d >= D) return;
     float num = 0.0f, den = 0.0f;
-    if (!nan && mx != -INFINITY)
+    if (!nan && mx != -INFINITY) {
+        const float* po = p.part_o + row * p.n_splits * D + d;
+#pragma unroll 4
         for (int i = 0; i < p.n_splits; ++i) {
-            int lo, hi;
-            dv2_split_range(p, pos, i, lo, hi);
-            if (lo > hi || lse[i] == -INFINITY) continue;
-            float w = expf(lse[i] - mx);
-            num += w * p.part_o[(row * p.n_splits + i) * D + d];
+            if (!s_use[i]) continue;
+            const float w = s_w[i];
+            num += w * po[int64_t(i) * D];
             den += w;
         }
+    }
     float o = nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num / den : 0.0f;
     static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
 }
@@ -254,7 +275,15 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
     int64_t base = int64_t(a.meta.n_seqs) * p.n_head_kv * p.head_splits;
     int64_t want = (2 * int64_t(be.device().sm_count) + base - 1) / base;
     int64_t max_kv = a.meta.max_seqlen_kv > 0 ? a.meta.max_seqlen_kv : 1;
-    int64_t min_len = 2 * n_sub;  // one step of the key loop
+    // Keys per split: at least TETRA_ATTN_SPLIT_KEYS (rounded up to a step of the key loop, 2 keys
+    // per subgroup). Short splits buy parallelism for long contexts but each CTA pays a fixed
+    // latency (q, block table, partial write) and the merge reads every split.
+    static const int64_t split_keys = [] {
+        int64_t v = env_int("TETRA_ATTN_SPLIT_KEYS", 16);
+        TETRA_CHECK(v >= 1 && v <= 1 << 20, "TETRA_ATTN_SPLIT_KEYS=%lld: expected an integer in [1, 1048576]", (long long)v);
+        return v;
+    }();
+    int64_t min_len = std::max<int64_t>(1, (split_keys + 2 * n_sub - 1) / (2 * n_sub)) * (2 * n_sub);
     int64_t most = (max_kv + min_len - 1) / min_len;
     int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, most, 128}));
     int64_t len = (max_kv + splits - 1) / splits;

@@ -45,8 +45,10 @@ __global__ void __launch_bounds__(WARPS * 32) moe_route_kernel(const T* logits, 
     for (int e = lane; e < ne; e += 32) p[e] = float(exp(double(__fsub_rn(p[e], mx))));
     __syncwarp();
     float sum = 0.0f;
-    if (lane == 0)
+    if (lane == 0) {
+#pragma unroll 8
         for (int e = 0; e < ne; ++e) sum = __fadd_rn(sum, p[e]);
+    }
     sum = __shfl_sync(0xffffffffu, sum, 0);
     for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(p[e], sum);
     __syncwarp();

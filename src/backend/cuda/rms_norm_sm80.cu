@@ -2,7 +2,7 @@
 // and the CPU oracle; f32 sum of squares reduced over the block (a different summation order
 // than the oracle's sequential sum: NMSE, not bit-exact). One block per row; out may alias x
 // (each element is read and written by the same thread, after the reduction).
-#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -31,6 +31,9 @@ static void rms_norm_launch(backend& be, const rms_norm_args& a) {
     TETRA_CHECK(n_rows <= 0x7fffffff, "rms_norm_sm80: %lld rows exceed the grid limit", (long long)n_rows);
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (launch_norm_vec<T, false>(nullptr, a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n_rows, n, a.eps,
+                                      stream_of(be)))
+            return;
         rms_norm_kernel<T><<<unsigned(n_rows), row_threads(n), 0, stream_of(be)>>>(
             a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n, a.eps);
         CUDA_CHECK(cudaGetLastError());

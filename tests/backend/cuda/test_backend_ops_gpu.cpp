@@ -253,7 +253,7 @@ TEST(backend_ops_gpu, argmax) {
     rng r(6);
     for (dtype t : {dtype::F32, dtype::BF16, dtype::F16})
         for (int64_t rows : {1, 5, 40})
-            for (int64_t n : {1, 7, 1000, 32005})
+            for (int64_t n : {1, 7, 1000, 16383, 32005, 151936})
                 for (int special : {0, 1, 2}) {  // 0 random, 1 ties (coarse values), 2 NaNs
                     std::string vars = std::string("act=") + dn(t) + " rows=" + std::to_string(rows) + " n=" +
                                        std::to_string(n) + " special=" + std::to_string(special);
