@@ -7,8 +7,9 @@
 // (w4a16::a_regs), f32 FMAs against x in k order per lane, a fixed xor-tree over the 4 lanes of a
 // row, the warps summed in order through shared memory, × scale_global · 2^8. No atomics; the split
 // depends only on k, so every output element's summation order is independent of the batch.
-// Correctness-first (CUDA cores, no mma.sync; measured in docs/moe.md). Also registers every CUDA
-// MoE table (register_moe_kernels_cuda).
+// Correctness-first (CUDA cores, no mma.sync; measured in docs/moe.md): priority 10, below the
+// mma.sync kernel (moe_matmul_nvfp4_w4a16_mma_sm80.cu), kept as fallback and cross-check. Also
+// registers every CUDA MoE table (register_moe_kernels_cuda).
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
@@ -136,6 +137,7 @@ void register_moe_route_sm80(kernel_registry& r);    // moe_route_sm80.cu
 void register_moe_permute_sm80(kernel_registry& r);  // moe_permute_sm80.cu
 void register_moe_combine_sm80(kernel_registry& r);  // moe_combine_sm80.cu
 void register_moe_matmul_dense_sm80(kernel_registry& r);  // moe_matmul_dense_sm80.cu
+void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r);  // moe_matmul_nvfp4_w4a16_mma_sm80.cu
 
 void register_moe_kernels_cuda(kernel_registry& r) {
     register_moe_route_sm80(r);
@@ -144,6 +146,7 @@ void register_moe_kernels_cuda(kernel_registry& r) {
     req.align = 16;
     r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_sm80", req, 10,
                                        moe_w4a16_accepts, moe_w4a16_launch));
+    register_moe_matmul_nvfp4_w4a16_mma_sm80(r);  // priority 20: the default; this one is the fallback
     register_moe_matmul_dense_sm80(r);
     register_moe_combine_sm80(r);
 }

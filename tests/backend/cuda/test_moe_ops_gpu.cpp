@@ -1,11 +1,14 @@
 // The CUDA MoE kernels (moe_*_sm80.cu) against the CPU kernels (the oracles, themselves tested
 // against double references in tests/backend/test_moe_ops.cpp) on the same inputs: route and
 // permute bit-exact, combine bit-exact (same f32 operation order, no contraction), the grouped
-// matmuls within an NMSE bound set by bf16 output rounding; odd shapes, k = 1/2/8, n_expert
-// 4/8/128, 1/3/64 tokens, experts receiving no rows, NaN logits. Then determinism: a token's MoE
-// block output on the GPU is bit-identical alone and inside a batch of 64, and over 50 repeats.
+// matmuls within an NMSE bound set by bf16 output rounding, every CUDA W4A16 kernel forced in turn;
+// odd shapes, k = 1/2/8, n_expert 4/8/128, 1/3/64 tokens, experts receiving no rows, NaN logits,
+// NaN/Inf in x and NaN weight scales. Then determinism, per W4A16 kernel: a grouped-matmul row is
+// bit-identical alone and inside a 200-row batch; a token's MoE block output on the GPU is
+// bit-identical alone and inside a batch of 64, and over 200 repeats.
 // Outputs are guarded (sentinels around, NaN inside): a stray or missing write fails.
 #include <cstring>
+#include <map>
 
 #include "backend/cuda/gpu_harness.h"
 #include "backend/moe.h"
@@ -30,6 +33,12 @@ tensor i32_2d(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
     tensor t = i32_tensor(v);
     t.shape = {rows, cols};
     return t;
+}
+
+tensor row_of(const tensor& t, int64_t i) {
+    tensor r = tensor::alloc(t.type, {1, t.dim(1)});
+    std::memcpy(r.data, static_cast<const uint8_t*>(t.data) + size_t(i) * t.nbytes() / size_t(t.dim(0)), r.nbytes());
+    return r;
 }
 
 // Bit-equal f32 arrays, except that a NaN matches any NaN (x86 and the GPU make different NaN payloads).
@@ -181,44 +190,130 @@ std::vector<int32_t> random_offsets(rng& r, int64_t n_rows, int64_t ne) {
 // x and bf16 out. Each side rounds its f32 result once to bf16 (relative error ≤ 2^-9) and the f32
 // sums differ only in order (relative ~K·2^-24 ≤ 1e-4 of Σ|terms| here), so |gpu − cpu| ≤ 2^-8|ref|
 // + O(1e-4)|ref| per element: NMSE ≤ (2^-8)² ≈ 1.5e-5 in the worst case; 3e-5 fails any wrong row,
-// expert, scale or k block (those give NMSE ≥ ~1e-2).
+// expert, scale or k block (those give NMSE ≥ ~1e-2). Non-finite outputs must match in place and
+// kind (compare()). Every CUDA kernel of the op is forced in turn (for_each_gpu_kernel).
+namespace {
+
+struct mm_shape_t {
+    int64_t ne, rows, n, k;
+    int one_expert;  // ≥ 0: every row on this expert (the others empty); -1: random_offsets
+    bool nonfinite;  // x gets +Inf / NaN entries and expert 0 a NaN scale (0x7F)
+};
+
+std::string mm_vars(bool nvfp4, const mm_shape_t& sh) {
+    return std::string(nvfp4 ? "w4a16" : "dense") + " n_expert=" + std::to_string(sh.ne) + " rows=" +
+           std::to_string(sh.rows) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
+           " one_expert=" + std::to_string(sh.one_expert) + " nonfinite=" + std::to_string(sh.nonfinite);
+}
+
+// Rows per pass of the mma kernel are 8·NT with NT from rows / min(n_expert, rows) (1: ≤ 8, 2: ≤ 16,
+// else 4): the one-expert cases cover partial and full n8 tiles, several passes (17 rows at NT 1)
+// and NT 2/4; k 2064 at NT 4 and k 6160 at NT 1 need several x windows; n 8/40/264 leave the
+// second tile of the last CTA idle or partial.
+const mm_shape_t k_mm_shapes[] = {
+    {4, 1, 40, 80, -1, false},    {4, 3, 24, 528, -1, false},    {8, 64, 72, 144, -1, false},
+    {8, 16, 16, 1040, -1, false}, {128, 8, 40, 64, -1, false},   {128, 64, 264, 208, -1, false},
+    {128, 3, 8, 16, -1, false},   {3, 1, 40, 528, 1, false},     {3, 2, 40, 528, 1, false},
+    {3, 7, 40, 528, 1, false},    {3, 8, 40, 528, 1, false},     {3, 9, 40, 528, 1, false},
+    {3, 17, 40, 528, 1, false},   {3, 64, 40, 528, 1, false},    {1, 9, 24, 1040, 0, false},
+    {1, 17, 136, 272, 0, false},  {1, 64, 264, 2064, 0, false},  {2, 33, 8, 2064, 1, false},
+    {128, 512, 136, 272, -1, false}, {16, 200, 100, 1552, -1, false}, {4, 3, 40, 6160, -1, false},
+    {4, 11, 40, 1040, -1, true},  {1, 40, 24, 528, 0, true}};
+
+std::vector<int32_t> mm_offsets(rng& r, const mm_shape_t& sh) {
+    if (sh.one_expert < 0) return random_offsets(r, sh.rows, sh.ne);
+    std::vector<int32_t> off(size_t(sh.ne + 1), 0);
+    for (int64_t e = sh.one_expert + 1; e <= sh.ne; ++e) off[size_t(e)] = int32_t(sh.rows);
+    return off;
+}
+
+}  // namespace
+
 TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
     rng r(303);
-    struct shape_t {
-        int64_t ne, rows, n, k;
-    };
-    const shape_t shapes[] = {{4, 1, 40, 80}, {4, 3, 24, 528}, {8, 64, 72, 144}, {8, 16, 16, 1040},
-                              {128, 8, 40, 64}, {128, 64, 264, 208}, {128, 3, 8, 16}};
+    std::map<std::string, int> ran, declined;
     int n_cases = 0;
     for (bool nvfp4 : {true, false})
-        for (const shape_t& sh : shapes) {
-            std::string vars = std::string(nvfp4 ? "w4a16" : "dense") + " n_expert=" + std::to_string(sh.ne) +
-                               " rows=" + std::to_string(sh.rows) + " n=" + std::to_string(sh.n) + " k=" +
-                               std::to_string(sh.k);
+        for (const mm_shape_t& sh : k_mm_shapes) {
+            if (!nvfp4 && sh.nonfinite) continue;  // the dense weights have no scales
+            const std::string vars = mm_vars(nvfp4, sh);
             std::vector<linear_weight> host = random_experts(r, sh.ne, sh.n, sh.k, nvfp4);
-            std::vector<linear_weight> dev = prepare_all(host);
             tensor x = random_tensor(r, dtype::BF16, {sh.rows, sh.k});
-            std::vector<int32_t> off = random_offsets(r, sh.rows, sh.ne);
-            tensor offsets = i32_tensor(off);
+            if (sh.nonfinite) {
+                static_cast<uint8_t*>(host[0].scales.data)[3 * (sh.k / 16) + 1] = 0x7F;  // weight row 3, block 1
+                uint16_t* xb = x.ptr<uint16_t>();
+                xb[5] = 0x7F80;  // row 0: +Inf at k 5
+                if (sh.rows > 1) xb[sh.k + 100] = 0x7FC0;  // row 1: NaN at k 100
+                if (sh.rows > 2) xb[2 * sh.k + sh.k - 1] = 0xFF80;  // row 2: -Inf at the last k
+            }
+            std::vector<linear_weight> dev = prepare_all(host);
+            tensor offsets = i32_tensor(mm_offsets(r, sh));
             tensor ref = tensor::alloc(dtype::BF16, {sh.rows, sh.n});
             {
                 force_kernel fk(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense",
                                 nvfp4 ? "moe_matmul_nvfp4_w4a16_cpu" : "moe_matmul_dense_cpu");
                 moe_matmul(cpu_be(), x, host, offsets, ref, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
             }
-            gpu_guarded out = make_gpu_guarded(dtype::BF16, {sh.rows, sh.n});
-            moe_matmul(gpu_be(), to_gpu(x), dev, to_gpu(offsets), out.view, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
-            bool ok = false;
-            tensor got = out.result(&ok);
-            EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
-            std::vector<double> g = to_double(got), c = to_double(ref);
-            EXPECT_EQ(compare(g, c, 3e-5), "") << vars;
-            double num = 0, den = 0;
-            for (size_t i = 0; i < c.size(); ++i) num += (g[i] - c[i]) * (g[i] - c[i]), den += c[i] * c[i];
-            std::printf("[matmul] %s: NMSE %.3g\n", vars.c_str(), den > 0 ? num / den : num);
+            std::vector<double> c = to_double(ref);
+            int nonfinite = 0;
+            for (double v : c) nonfinite += !std::isfinite(v);
+            if (sh.nonfinite) EXPECT_GT(nonfinite, 0) << "the oracle has no non-finite output: " << vars;
+            const tensor xg = to_gpu(x), og = to_gpu(offsets);
+            for_each_gpu_kernel(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense", dtype::BF16, ran, declined,
+                                [&](const kernel_entry& kern) {
+                gpu_guarded out = make_gpu_guarded(dtype::BF16, {sh.rows, sh.n});
+                moe_matmul(gpu_be(), xg, dev, og, out.view, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
+                bool ok = false;
+                tensor got = out.result(&ok);
+                EXPECT_TRUE(ok) << "guard bytes overwritten: " << kern.name << " " << vars;
+                std::vector<double> g = to_double(got);
+                EXPECT_EQ(compare(g, c, 3e-5), "") << kern.name << " " << vars;
+                double num = 0, den = 0;
+                for (size_t i = 0; i < c.size(); ++i)
+                    if (std::isfinite(c[i])) num += (g[i] - c[i]) * (g[i] - c[i]), den += c[i] * c[i];
+                std::printf("[matmul] %s %s: NMSE %.3g, %d non-finite\n", kern.name.c_str(), vars.c_str(),
+                            den > 0 ? num / den : num, nonfinite);
+            });
             ++n_cases;
         }
-    EXPECT_EQ(n_cases, 14);
+    EXPECT_EQ(n_cases, 44);
+    EXPECT_TRUE(declined.empty()) << declined.begin()->first << " declined a case";
+    expect_gpu_ran("moe_matmul_nvfp4_w4a16", ran, 23);
+    expect_gpu_ran("moe_matmul_dense", ran, 21);
+}
+
+// A row's bits do not depend on the batch: rows of a 200-row batch over 8 experts (8·NT = 32 rows
+// per pass in the mma kernel) equal the same rows computed alone (one row, NT = 1), for every CUDA
+// W4A16 kernel.
+TEST(moe_ops_gpu, matmul_w4a16_row_alone_equals_row_in_batch) {
+    rng r(306);
+    const int64_t ne = 8, rows = 200, n = 136, k = 1040;
+    std::vector<linear_weight> dev = prepare_all(random_experts(r, ne, n, k, true));
+    tensor x = random_tensor(r, dtype::BF16, {rows, k});
+    std::vector<int32_t> off = random_offsets(r, rows, ne);
+    int n_kernels = 0;
+    for (const kernel_entry* kern : cuda_kernels("moe_matmul_nvfp4_w4a16")) {
+        force_kernel fk("moe_matmul_nvfp4_w4a16", kern->name);
+        tensor big = gpu_be().alloc(dtype::BF16, {rows, n});
+        moe_matmul(gpu_be(), to_gpu(x), dev, to_gpu(i32_tensor(off)), big, matmul_mode::W4A16);
+        std::vector<uint8_t> all = bytes_of(to_host(big));
+        int checked = 0;
+        for (int64_t row : {int64_t(0), int64_t(31), int64_t(32), int64_t(77), int64_t(150), rows - 1}) {
+            int64_t e = 0;
+            while (off[size_t(e + 1)] <= row) ++e;
+            std::vector<int32_t> one(size_t(ne + 1), 0);
+            for (int64_t j = e + 1; j <= ne; ++j) one[size_t(j)] = 1;
+            tensor o = gpu_be().alloc(dtype::BF16, {1, n});
+            moe_matmul(gpu_be(), to_gpu(row_of(x, row)), dev, to_gpu(i32_tensor(one)), o, matmul_mode::W4A16);
+            std::vector<uint8_t> alone = bytes_of(to_host(o));
+            EXPECT_EQ(std::memcmp(alone.data(), all.data() + size_t(row * n * 2), size_t(n * 2)), 0)
+                << kern->name << ": row " << row << " (expert " << e << ") alone vs in the batch";
+            ++checked;
+        }
+        EXPECT_EQ(checked, 6);
+        ++n_kernels;
+    }
+    EXPECT_EQ(n_kernels, 2) << "expected the mma and the CUDA-core W4A16 MoE kernels";
 }
 
 // Same inputs → the same bits: y rows gathered through dest, f32 weights, optional shared expert
@@ -258,7 +353,7 @@ namespace {
 // The routed MoE FFN on the GPU (route → permute → gather → gate/up → silu·up → down → combine) for
 // tokens x [T, K] with router logits [T, ne]: the output's bytes.
 struct gpu_moe_block {
-    int64_t ne = 128, k = 8, n_embd = 256, n_ff = 96;
+    int64_t ne = 128, k = 8, n_embd = 528, n_ff = 208;  // k crosses a 512-group; n not a multiple of 128
     std::vector<linear_weight> gate, up, down;
     gpu_moe_block(rng& r) {
         gate = prepare_all(random_experts(r, ne, n_ff, n_embd, true));
@@ -287,29 +382,32 @@ struct gpu_moe_block {
     }
 };
 
-tensor row_of(const tensor& t, int64_t i) {
-    tensor r = tensor::alloc(t.type, {1, t.dim(1)});
-    std::memcpy(r.data, static_cast<const uint8_t*>(t.data) + size_t(i) * t.nbytes() / size_t(t.dim(0)), r.nbytes());
-    return r;
-}
-
 }  // namespace
 
+// Per CUDA W4A16 kernel (forced): three tokens alone equal themselves inside the batch of 64, and
+// 200 repeated runs of the batch are bit-identical to the first.
 TEST(moe_ops_gpu, block_is_deterministic_alone_vs_batch_and_repeated) {
     rng r(305);
     gpu_moe_block blk(r);
     tensor x = random_tensor(r, dtype::BF16, {64, blk.n_embd});
     tensor logits = random_tensor(r, dtype::BF16, {64, blk.ne}, 2.0);
-    std::vector<uint8_t> batch = blk.run(x, logits);
     const size_t row = size_t(blk.n_embd) * 2;
-    int nonzero = 0;
-    for (uint8_t b : batch) nonzero += b != 0;
-    EXPECT_GT(nonzero, int(batch.size() / 2)) << "the block output is mostly zero";
-    for (int64_t i : {0, 17, 63}) {
-        std::vector<uint8_t> one = blk.run(row_of(x, i), row_of(logits, i));
-        EXPECT_EQ(std::memcmp(one.data(), batch.data() + size_t(i) * row, row), 0) << "token " << i << " alone vs batch";
+    int n_kernels = 0;
+    for (const kernel_entry* kern : cuda_kernels("moe_matmul_nvfp4_w4a16")) {
+        force_kernel fk("moe_matmul_nvfp4_w4a16", kern->name);
+        std::vector<uint8_t> batch = blk.run(x, logits);
+        int nonzero = 0;
+        for (uint8_t b : batch) nonzero += b != 0;
+        EXPECT_GT(nonzero, int(batch.size() / 2)) << kern->name << ": the block output is mostly zero";
+        for (int64_t i : {0, 17, 63}) {
+            std::vector<uint8_t> one = blk.run(row_of(x, i), row_of(logits, i));
+            EXPECT_EQ(std::memcmp(one.data(), batch.data() + size_t(i) * row, row), 0)
+                << kern->name << ": token " << i << " alone vs batch";
+        }
+        int same = 0;
+        for (int rep = 0; rep < 200; ++rep) same += blk.run(x, logits) == batch;
+        EXPECT_EQ(same, 200) << kern->name;
+        ++n_kernels;
     }
-    int same = 0;
-    for (int rep = 0; rep < 50; ++rep) same += blk.run(x, logits) == batch;
-    EXPECT_EQ(same, 50);
+    EXPECT_EQ(n_kernels, 2) << "expected the mma and the CUDA-core W4A16 MoE kernels";
 }

@@ -1,0 +1,307 @@
+// moe_matmul_nvfp4_w4a16_mma_sm80: the grouped W4A16 matmul on mma.sync m16n8k16 (sm_80+), swap-AB
+// as the dense small-M kernel (matmul_nvfp4_w4a16_sm80.cu): 16 weight rows of one expert are the A
+// operand, up to 8·NT of that expert's permuted rows the B operand, so each weight tile is read once
+// for all the rows of a pass. Grid (tile pairs, work items): a work item is (expert, pass of 8·NT
+// rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
+// min(n_expert, rows) + rows / (8·NT), surplus CTAs exit). 8 warps = 2 tiles × 4 k-slices: within
+// each 512-k group warp slice s takes chunks s and s+4, codes and scales stream through a per-warp
+// cp.async ring 8 chunks deep, x through a shared k-window. Deterministic by construction: an
+// element's sum order (per slice: chunks ascending, MMAs j∈{0,2} and {1,3} in two accumulators; then
+// slices 0..3 in order) depends only on k, and an MMA column depends only on its own B column.
+#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/matmul_launch.h"
+#include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
+#include "backend/cuda/moe_expert_table_sm80.h"
+#include "backend/moe.h"
+
+namespace tetra {
+namespace cuda {
+
+namespace {
+
+using namespace w4a16;
+
+constexpr int KS = 4;                          // warps splitting a tile's k: chunk ci of a group → warp ci % KS
+constexpr int WT = 2;                          // weight tiles (16 rows) per CTA
+constexpr int WARPS = KS * WT, THREADS = WARPS * 32;
+constexpr int CPG = GROUP_CHUNKS / KS;         // chunks per group per warp (steps per group)
+constexpr int DEPTH = 8;                       // code ring slots per warp (DEPTH / CPG groups ahead)
+constexpr int SQ = DEPTH / CPG + 1;            // scale ring slots per warp (one group more: see fetch)
+constexpr int X_PAD = 8;                       // bf16 per smem x row: staggers rows across banks
+constexpr int RING_BYTES = WARPS * DEPTH * 32 * 16;
+constexpr int SCALE_BYTES = WARPS * SQ * 32 * 8;
+constexpr int X_BUDGET_MAX = 96 * 1024;        // x window bytes at most (2 CTAs per SM on H100 at NT = 4)
+constexpr unsigned FULL = 0xffffffffu;
+
+struct mma_params {
+    const __nv_bfloat16* x;  // [n_rows, k]
+    __nv_bfloat16* out;      // [n_rows, n]
+    const int32_t* offsets;  // [ne + 1]
+    const moe_expert_ptrs* table;
+    int ne, n, k, n_tiles, k_chunks, k_groups, win_groups;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Work item `item` → expert e, first permuted row r0, rows nr (1..rb): items are the passes of rb
+// rows of each non-empty expert, in expert order. Every lane gets the result; false when item is
+// past the last pass (uniform over the CTA: every warp reads the same offsets). A lane covers four
+// experts per round, so 128 experts cost one round of independent loads.
+__device__ bool find_item(const int32_t* off, int ne, int rb, int item, int lane, int& e, int& r0, int& nr) {
+    int before = 0;  // passes of the experts below this round
+    for (int e0 = 0; e0 < ne; e0 += 128) {
+        int o[5], pass[4], mine = 0;
+#pragma unroll
+        for (int j = 0; j < 5; ++j) o[j] = __ldg(off + min(e0 + 4 * lane + j, ne));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pass[j] = (o[j + 1] - o[j] + rb - 1) / rb, mine += pass[j];
+        int incl = mine;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            int v = __shfl_up_sync(FULL, incl, d);
+            if (lane >= d) incl += v;
+        }
+        const int total = __shfl_sync(FULL, incl, 31);
+        if (item < before + total) {
+            const int src = __ffs(__ballot_sync(FULL, item < before + incl)) - 1;
+            int ee = 0, rr = 0, nn = 0, it = item - (before + incl - mine);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (it >= 0 && it < pass[j]) ee = e0 + 4 * lane + j, rr = o[j] + it * rb, nn = min(rb, o[j + 1] - rr);
+                it -= pass[j];
+            }
+            e = __shfl_sync(FULL, ee, src), r0 = __shfl_sync(FULL, rr, src), nr = __shfl_sync(FULL, nn, src);
+            return true;
+        }
+        before += total;
+    }
+    return false;
+}
+
+// x rows [r0, r0 + nr) × k [k0, k0 + kw) → smem rows of `stride` bf16; rows nr..rows_used-1 and k
+// past the end are zero-filled (cp.async with 0 source bytes reads nothing). Not committed.
+__device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int k, int r0, int nr, int rows_used, int k0, int kw,
+                                        __nv_bfloat16* xs, int stride) {
+    const int per_row = kw / 8;
+    for (int v = threadIdx.x; v < rows_used * per_row; v += THREADS) {
+        const int r = v / per_row, kk = (v - r * per_row) * 8, kg = k0 + kk;
+        const bool ok = r < nr && kg < k;
+        cp_async16(smem_addr(xs + r * stride + kk), ok ? x + size_t(r0 + r) * k + kg : x, ok ? 16 : 0);
+    }
+}
+
+// One chunk (16 weight rows × 64 k) of one warp against nu n8 tiles of x. q: the lane's 16 code
+// bytes; two: the chunk's e4m3 scales (row g, row g+8); xk: x row g of the window at this chunk's
+// k + 16t. MMA j goes to accumulator j & 1 (the same for every NT: the per-element order is fixed).
+template <int NT>
+__device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, const __nv_bfloat16* xk, int stride,
+                                              int nu, float (&acc)[2][NT][4]) {
+    uint32_t s0, s1;
+    scales_to_bf16x2(two, s0, s1);
+    uint32_t a[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a_regs(q, j, s0, s1, a[j]);
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+        if (u >= nu) break;
+        const uint4* xr = reinterpret_cast<const uint4*>(xk + 8 * u * stride);
+        const uint4 lo = xr[0], hi = xr[1];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint4& b = j < 2 ? lo : hi;
+            mma_bf16_16816(acc[j & 1][u], a[j][0], a[j][1], a[j][2], a[j][3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
+        }
+    }
+}
+
+// grid (ceil(n_tiles / WT), work items); dynamic smem: code rings | scale rings | x window.
+template <int NT>
+__global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
+    extern __shared__ uint4 smem_raw[];
+    constexpr int RB = 8 * NT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int ks = warp % KS, tile = blockIdx.x * WT + warp / KS;
+    int e, r0, nr;
+    if (!find_item(p.offsets, p.ne, RB, blockIdx.y, lane, e, r0, nr)) return;  // uniform over the CTA
+    const moe_expert_ptrs ex = p.table[e];
+    const bool active = tile < p.n_tiles;
+    const int nu = (nr + 7) / 8, steps = p.k_groups * CPG;
+
+    uint8_t* sm = reinterpret_cast<uint8_t*>(smem_raw);
+    const uint4* ring = reinterpret_cast<const uint4*>(sm) + warp * DEPTH * 32 + lane;  // slot i at ring[32 i]
+    const uint32_t ring_sa = smem_addr(ring);
+    const uint2* sring = reinterpret_cast<const uint2*>(sm + RING_BYTES) + warp * SQ * 32 + lane;
+    const uint32_t sring_sa = smem_addr(sring);
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(sm + RING_BYTES + SCALE_BYTES);
+    const int stride = p.win_groups * GROUP_K + X_PAD;
+
+    const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(active ? tile : 0) * p.k_chunks * 32 + lane;
+    // Words ks/2 and ks/2 + 2 of the lane's 16 scale bytes: chunks ks and ks + 4 (half ks & 1).
+    const uint32_t* scales =
+        static_cast<const uint32_t*>(ex.b) + (size_t(active ? tile : 0) * p.k_groups * 32 + lane) * 4 + (ks >> 1);
+    // Step s = (group s / CPG, chunk ks + KS·(s % CPG)) into code slot s % DEPTH; the first step of
+    // a group also brings its scales into scale slot group % SQ. Issued DEPTH steps ahead, so the
+    // scales of group G arrive in the commit group of step (G − DEPTH/CPG)·CPG, which SQ = DEPTH/CPG
+    // + 1 slots keep clear of the group being read.
+    auto fetch = [&](int s) {
+        if (!active || s >= steps) return;
+        const int grp = s / CPG, i = s % CPG, c = grp * GROUP_CHUNKS + ks + KS * i;
+        if (c < p.k_chunks) cp_async16(ring_sa + (s % DEPTH) * 512, codes + size_t(c) * 32, 16);
+        if (i == 0) {
+            const uint32_t* sc = scales + size_t(grp) * 32 * 4;
+            const uint32_t dst = sring_sa + (grp % SQ) * 256;
+            cp_async4(dst, sc);
+            cp_async4(dst + 4, sc + 2);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < DEPTH; ++s) {
+        fetch(s);
+        cp_async_commit();
+    }
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
+
+    // x in windows of win_groups groups (one window when it fits: every decode shape). A window
+    // boundary waits for every copy in flight (codes DEPTH steps ahead included).
+    for (int g0 = 0; g0 < p.k_groups; g0 += p.win_groups) {
+        const int g1 = min(p.k_groups, g0 + p.win_groups);
+        if (g0 > 0) __syncthreads();  // every warp is done reading the previous window
+        stage_x(p.x, p.k, r0, nr, 8 * nu, g0 * GROUP_K, (g1 - g0) * GROUP_K, xs, stride);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        for (int s = g0 * CPG; s < g1 * CPG; ++s) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");  // step s landed
+            const int grp = s / CPG, i = s % CPG, c = grp * GROUP_CHUNKS + ks + KS * i;
+            if (active && c < p.k_chunks) {
+                const uint4 q = ring[32 * (s % DEPTH)];
+                const uint2 sw = sring[32 * (grp % SQ)];
+                const __nv_bfloat16* xk = xs + g * stride + (c - g0 * GROUP_CHUNKS) * CHUNK_K + 16 * t;
+                compute_chunk<NT>(q, (i ? sw.y : sw.x) >> (16 * (ks & 1)), xk, stride, nu, acc);
+            }
+            fetch(s + DEPTH);  // into the slot just read
+            cp_async_commit();
+        }
+    }
+    cp_async_wait_all();
+
+    // Slices summed in order 0..KS-1 through shared memory (the rings are free now).
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(sm);  // [WARPS][NT·4][32]
+#pragma unroll
+    for (int u = 0; u < NT; ++u)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) red[(warp * NT * 4 + u * 4 + v) * 32 + lane] = acc[0][u][v] + acc[1][u][v];
+    __syncthreads();
+    if (ks != 0 || !active) return;
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+        if (u >= nu) break;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            float sum = red[(warp * NT * 4 + u * 4 + v) * 32 + lane];
+#pragma unroll
+            for (int s = 1; s < KS; ++s) sum += red[((warp + s) * NT * 4 + u * 4 + v) * 32 + lane];
+            const int row = tile * 16 + g + 8 * (v >> 1), m = 8 * u + 2 * t + (v & 1);
+            if (row < p.n && m < nr) p.out[size_t(r0 + m) * p.n + row] = __float2bfloat16_rn(sum * ex.alpha);
+        }
+    }
+}
+
+// Rows per pass: the host's bound on the mean rows per non-empty expert (rows / min(ne, rows)).
+int nt_for(int64_t n_rows, int64_t ne) {
+    int64_t mean = (n_rows + std::min(ne, n_rows) - 1) / std::min(ne, n_rows);
+    return mean <= 8 ? 1 : mean <= 16 ? 2 : 4;
+}
+
+int64_t items_for(int64_t n_rows, int64_t ne, int nt) { return std::min(ne, n_rows) + n_rows / (8 * nt); }
+
+int x_budget(const device_info& dev) {
+    return int(std::min<int64_t>(X_BUDGET_MAX, dev.smem_per_block - RING_BYTES - SCALE_BYTES));
+}
+
+template <int NT>
+void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s) {
+    auto kern = moe_w4a16_mma_kernel<NT>;
+    static bool attr_set = false;  // per instance; the attribute is per function
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        RING_BYTES + SCALE_BYTES + budget));
+        attr_set = true;
+    }
+    mma_params q = p;
+    const int64_t row_bytes = 8 * NT * 2;  // one group of k for all rows of a pass, per bf16 k
+    q.win_groups = int(std::max<int64_t>(1, std::min<int64_t>(d.k_groups, budget / (row_bytes * (GROUP_K + X_PAD)))));
+    const size_t smem = RING_BYTES + SCALE_BYTES + size_t(8 * NT) * (q.win_groups * GROUP_K + X_PAD) * 2;
+    dim3 grid(unsigned((d.n_tiles + WT - 1) / WT), unsigned(items));
+    kern<<<grid, THREADS, smem, s>>>(q);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
+    if (a.n_rows == 0) return;
+    cudaStream_t s = stream_of(be);
+    const std::vector<linear_weight>& ex = *a.experts;
+    const moe_expert_ptrs* table = moe_expert_table(ex, s, [](const linear_weight& w) {
+        return moe_expert_ptrs{w.codes.data, w.scales.data, w.scale_global * 256.0f};
+    });
+    const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
+    mma_params p;
+    p.x = a.x.ptr<const __nv_bfloat16>(), p.out = a.out.ptr<__nv_bfloat16>();
+    p.offsets = a.expert_offsets.ptr<const int32_t>(), p.table = table;
+    p.ne = int(ex.size()), p.n = int(a.n), p.k = int(a.k);
+    p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups), p.win_groups = 1;
+    const int nt = nt_for(a.n_rows, int64_t(ex.size()));
+    const int64_t items = items_for(a.n_rows, int64_t(ex.size()), nt);
+    const int budget = x_budget(be.device());
+    if (nt == 1) launch_nt<1>(p, d, items, budget, s);
+    else if (nt == 2) launch_nt<2>(p, d, items, budget, s);
+    else launch_nt<4>(p, d, items, budget, s);
+}
+
+// As the CUDA-core kernel's accepts: bf16, int-sized shapes, the experts in the sm80 packed layout
+// (asked of the dense kernel's accepts() for the first and last expert), plus the grid.y bound.
+std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
+    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
+    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.n_rows > INT32_MAX / 2) return "shape too large for int indexing";
+    const int64_t ne = int64_t(a.experts->size());
+    if (items_for(a.n_rows, ne, 1) > 65535)
+        return "more than 65535 work items (n_expert + rows / 8 = " + std::to_string(items_for(a.n_rows, ne, 1)) + ")";
+    const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
+    if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
+    for (size_t e : {size_t(0), a.experts->size() - 1}) {
+        matmul_args m;
+        m.act = a.act, m.x = a.x, m.out = a.out, m.w = &(*a.experts)[e], m.m = 1, m.n = a.n, m.k = a.k;
+        std::string why = dense->accepts(m);
+        if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
+    }
+    return "";
+}
+
+}  // namespace
+
+// Priority 20: above the CUDA-core moe_matmul_nvfp4_w4a16_sm80 (10), kept as the fallback and the
+// cross-check (TETRA_KERNEL=moe_matmul_nvfp4_w4a16:moe_matmul_nvfp4_w4a16_sm80).
+void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r) {
+    kernel_req req = cuda_req(80, {dtype::BF16});
+    req.align = 16;
+    req.smem = RING_BYTES + SCALE_BYTES + 8 * (GROUP_K + X_PAD) * 2;  // the x window of NT = 1, one group
+    r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80", req, 20,
+                                       moe_w4a16_mma_accepts, moe_w4a16_mma_launch));
+}
+
+}  // namespace cuda
+}  // namespace tetra
