@@ -1,13 +1,14 @@
 // Kernel benchmark of the CUDA matmuls (not a test): measures the device's streaming read bandwidth
 // in-process (kernels.md §6.1), then W4A16 NVFP4 (m ≤ 8 with x fitting in shared memory: the decode
-// kernel matmul_nvfp4_w4a16_gemv_sm80 and the sm80 small-M kernel; otherwise the sm80 launcher:
-// small-M mma.sync up to 64, dequant + cuBLASLt above) at Llama-3.1-8B shapes beside
+// kernel matmul_nvfp4_w4a16_gemv_sm80; the sm80 launcher: small-M mma.sync up to 64 — its choice,
+// and beside it small-M v1 where the launcher runs v2 — dequant + cuBLASLt above; --variants: the
+// small-M plans and versions) at Llama-3.1-8B shapes beside
 // cuBLASLt BF16 at the same shapes, and the bf16 lm_head. CUDA events after warm-up, median of 15
 // samples of 10 launches each, (a) plain stream launches and (b) the same 10 launches captured in
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage: bench_matmul [--quick | --variants | --pattern |
-// --one N K M [gemv]]
+// --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -181,9 +182,9 @@ static void run_pattern(int sms, double bw) {
     (void)sms;
 }
 
-// --one N K M [gemv]: 20 launches of the W4A16 launcher (or the decode kernel) on one shape, for a
-// profiler (ncu) to pick from.
-static int run_one(long n, long k, long m, bool gemv) {
+// --one N K M [gemv | v1]: 20 launches of the W4A16 launcher (or the decode kernel, or the small-M
+// v1 kernel) on one shape, for a profiler (ncu) to pick from.
+static int run_one(long n, long k, long m, bool gemv, bool v1) {
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -215,10 +216,34 @@ static int run_one(long n, long k, long m, bool gemv) {
     gws.counters = static_cast<int*>(gcnt), gws.counter_count = pl.counter_count;
     for (int i = 0; i < 20; ++i) {
         if (gemv) cuda::matmul_nvfp4_w4a16_gemv_launch(x, m, w, out, gws, sms, 0);
-        else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, ws, sms, 0);
+        else if (v1) {
+            cuda::w4a16_small_config c;
+            c.version = 1;
+            cuda::matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sms, 0, c);
+        } else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, ws, sms, 0);
     }
     CK(cudaDeviceSynchronize());
     return 0;
+}
+
+// The small-M kernel configurations --variants compares (the first is the launcher's default).
+struct small_variant { const char* name; cuda::w4a16_small_config cfg; };
+static std::vector<small_variant> small_variants() {
+    std::vector<small_variant> v;
+    auto add = [&](const char* name, int version, int cps, int min_len, int early) {
+        cuda::w4a16_small_config c;
+        c.version = version, c.ctas_per_sm = cps, c.min_len = min_len, c.early_signal = early;
+        v.push_back({name, c});
+    };
+    add("auto (default)", 0, 0, 0, 0);
+    add("v2 plan", 2, 0, 0, 0);
+    add("v2 plan early", 2, 0, 0, 1);
+    add("v2 cps2", 2, 2, 0, 0);
+    add("v2 cps2 early", 2, 2, 0, 1);
+    add("v2 cps1", 2, 1, 0, 0);
+    add("v2 cps2 min8 (v1's grid where k = 4096)", 2, 2, 8, 0);
+    add("v1", 1, 0, 0, 0);
+    return v;
 }
 
 // A weight shape with its copies (rotated so one pass exceeds L2), the W4A16 workspaces and the
@@ -246,6 +271,8 @@ struct bench_shape {
             bufs.push_back(pc), bufs.push_back(ps);
         }
         wsp = cuda::w4a16_sm80_workspace_need(m_max, n, k, sms);
+        for (const small_variant& v : small_variants())  // room for every small-M variant's plan
+            wsp.partial_bytes = std::max(wsp.partial_bytes, cuda::w4a16_sm80_workspace_need(std::min(m_max, 64L), n, k, sms, v.cfg).partial_bytes);
         void *part, *cnt, *deq;
         CK(cudaMalloc(&part, std::max<size_t>(wsp.partial_bytes, 4)));
         CK(cudaMalloc(&cnt, std::max<size_t>(wsp.counter_count * 4, 4)));
@@ -281,11 +308,13 @@ struct bench_shape {
         for (void* p : bufs) cudaFree(p);
         for (void* p : bw16) cudaFree(p);
     }
-    // 10 launches on consecutive copies: the backend's choice (gemv for m ≤ 16 unless `sm80`).
-    void w4a16_batch(long m, const cuda::w4a16_gemv_config* cfg, int sms) {
+    // 10 launches on consecutive copies: the decode kernel (cfg), the small-M kernel (small) or
+    // the sm80 launcher (neither).
+    void w4a16_batch(long m, const cuda::w4a16_gemv_config* cfg, int sms, const cuda::w4a16_small_config* small = nullptr) {
         for (int b = 0; b < 10; ++b) {
             const cuda::w4a16_sm80_weight& w = ws[size_t(b) % ws.size()];
             if (cfg) cuda::matmul_nvfp4_w4a16_gemv_launch(x, m, w, out, gws, sms, g_stream, *cfg);
+            else if (small) cuda::matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, wsp, sms, g_stream, *small);
             else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, wsp, sms, g_stream);
         }
     }
@@ -296,45 +325,37 @@ struct bench_shape {
     }
 };
 
-// --variants: the decode kernel's configurations (and the sm80 kernel) at m = 1, 2, 4, 8.
+// --variants: the small-M kernel's configurations (v2 plans, v1) and the decode kernel's default
+// at m = 1, 4, 8, 16.
 static void run_variants(int sms, double bw, void* ws_cublas) {
-    struct var { const char* name; cuda::w4a16_gemv_config cfg; bool sm80; };
-    std::vector<var> vars;
-    cuda::w4a16_gemv_config c;
-    vars.push_back({"gemv cps2 S8 min4 (default)", c, false});
-    c.ctas_per_sm = 1;
-    vars.push_back({"gemv cps1 S16 min4", c, false});
-    c.ctas_per_sm = 3;
-    vars.push_back({"gemv cps3 S4 min4", c, false});
-    c = {}, c.min_chunks = 8;
-    vars.push_back({"gemv cps2 S8 min8", c, false});
-    c = {}, c.min_chunks = 16;
-    vars.push_back({"gemv cps2 S8 min16", c, false});
-    vars.push_back({"sm80 small-M", {}, true});
-    std::printf("| shape | M | variant | us stream | us graph | %% of BW (graph) | per | grid |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf("| shape | M | variant | us stream | us graph | %% of BW (graph) |\n|---|---|---|---|---|---|\n");
+    const cuda::w4a16_gemv_config gemv_default;
     for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
                     std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
         bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 16, sms, ws_cublas);
-        for (long m : {1L, 2L, 4L, 8L})
-            for (const var& v : vars) {
-                if (!v.sm80 && !cuda::w4a16_gemv_fits(m, b.k)) continue;
-                const cuda::w4a16_gemv_config* cfg = v.sm80 ? nullptr : &v.cfg;
-                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
-                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
-                double io = double(m) * b.k * 2 + double(m) * b.n * 2;
-                cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(b.n, b.k, sms, v.cfg);
-                std::printf("| %s %ldx%ld | %ld | %s | %.2f | %.2f | %.1f %% | %ld | %ld |\n", b.what, b.n, b.k, m, v.name,
-                            ts, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, v.sm80 ? 0L : long(pl.per),
-                            v.sm80 ? 0L : long(pl.grid));
+        std::printf("| %s %ldx%ld | - | auto runs v%d | - | - | - |\n", b.what, b.n, b.k,
+                    cuda::w4a16_sm80_small_version(b.n, b.k, sms));
+        for (long m : {1L, 4L, 8L, 16L}) {
+            double io = double(m) * b.k * 2 + double(m) * b.n * 2;
+            auto row = [&](const char* name, const cuda::w4a16_gemv_config* cfg, const cuda::w4a16_small_config* sc) {
+                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms, sc); }, 10);
+                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms, sc); }, 10);
+                std::printf("| %s %ldx%ld | %ld | %s | %.2f | %.2f | %.1f %% |\n", b.what, b.n, b.k, m, name, ts, tg,
+                            100.0 * (b.wbytes + io) / tg / 1e3 / bw);
                 std::fflush(stdout);
-            }
+            };
+            for (const small_variant& v : small_variants())
+                if (m == 1 || m == 16 || v.cfg.ctas_per_sm == 0) row(v.name, nullptr, &v.cfg);
+            if (cuda::w4a16_gemv_fits(m, b.k)) row("gemv default", &gemv_default, nullptr);
+        }
     }
 }
 
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "--one") == 0)
-        return run_one(atol(argv[2]), atol(argv[3]), atol(argv[4]), argc == 6 && std::strcmp(argv[5], "gemv") == 0);
+        return run_one(atol(argv[2]), atol(argv[3]), atol(argv[4]), argc == 6 && std::strcmp(argv[5], "gemv") == 0,
+                       argc == 6 && std::strcmp(argv[5], "v1") == 0);
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -366,13 +387,18 @@ int main(int argc, char** argv) {
         for (long m : ms) {
             double tc = median_graph_us([&] { b.cublas_batch(m, ws_cublas); }, 10);
             double io = double(m) * b.k * 2 + double(m) * b.n * 2, flop = 2.0 * m * b.n * b.k;
-            // m the decode kernel takes: it and the sm80 small-M kernel; otherwise the sm80 launcher
-            for (int which = cuda::w4a16_gemv_fits(m, b.k) ? 0 : 1; which < 2; ++which) {
+            // the decode kernel where it takes m, the launcher's choice, and the small-M v1 kernel
+            // beside v2 (before / after) where v2 runs
+            cuda::w4a16_small_config v1;
+            v1.version = 1;
+            for (int which = cuda::w4a16_gemv_fits(m, b.k) ? 0 : 1; which < (m <= cuda::W4A16_RUN_M_MAX ? 3 : 2); ++which) {
                 const cuda::w4a16_gemv_config* cfg = which == 0 ? &gemv_default : nullptr;
-                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
-                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms); }, 10);
+                const cuda::w4a16_small_config* sc = which == 2 ? &v1 : nullptr;
+                double ts = median_us([&] { b.w4a16_batch(m, cfg, sms, sc); }, 10);
+                double tg = median_graph_us([&] { b.w4a16_batch(m, cfg, sms, sc); }, 10);
                 double gbs = (b.wbytes + io) / tg / 1e3;
-                const char* kern = cfg ? "gemv" : m <= cuda::W4A16_SM80_SMALL_M_MAX ? "sm80 small-M" : "dequant+cuBLASLt";
+                const char* kern = cfg ? "gemv" : sc ? "sm80 small-M v1" : m <= cuda::W4A16_RUN_M_MAX ? "sm80 small-M auto"
+                                   : m <= cuda::W4A16_SM80_SMALL_M_MAX ? "sm80 small-M v1" : "dequant+cuBLASLt";
                 std::printf("| w4a16 %s %ldx%ld | %ld | %s | %.2f | %.2f | %.0f | %.1f %% | %.2f | %.2f | %.2f |\n", b.what,
                             b.n, b.k, m, kern, ts, tg, gbs, 100.0 * gbs / bw, flop / tg / 1e6, tc, tc / tg);
             }

@@ -3,8 +3,8 @@
 # build test_matmul_gpu and bench_matmul (CMake, sm_$ARCH only; falls back to an nvcc-only build of
 # the matmul files when the full build fails or STANDALONE=1), run the test (+ compute-sanitizer
 # memcheck on the small cases) and the bench; logs go to $OUT.
-# Usage (repo root): bench/device_matmul.sh ["" | --quick | --pattern]...   (ARCH=90a by default;
-# PROFILE="N K M" adds an ncu run of one small-M launch)
+# Usage (repo root): bench/device_matmul.sh ["" | --quick | --variants | --pattern]...   (ARCH=90a by
+# default; STANDALONE=1 skips the CMake build; PROFILE="N K M [v1]" adds an ncu run of one small-M launch)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/matmul-out}
@@ -51,13 +51,13 @@ else
 fi
 export LD_LIBRARY_PATH=$GT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 $B/test_matmul_gpu 2>&1 | tee "$OUT/test.log" | grep -E "^\[  (FAILED|PASSED|  OK) |Failure|error|got" | head -60
-compute-sanitizer --tool memcheck $B/test_matmul_gpu --gtest_filter='*nan_parity*:*all_row_counts*:*dequant_exact*:*nan_inf_parity*' \
+compute-sanitizer --tool memcheck $B/test_matmul_gpu --gtest_filter='*nan_parity*:*all_row_counts*:*dequant_exact*:*nan_inf_parity*:*versions_and_plans*' \
   > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 for args in "${@:-}"; do  # each argument is one bench invocation's flags ("" = the full table)
   $B/bench_matmul $args 2>&1 | tee -a "$OUT/bench.log"
 done
-if [ -n "${PROFILE:-}" ]; then  # PROFILE="N K M": ncu sections of one small-M launch
-  ncu --launch-skip 5 --launch-count 1 -k regex:small_kernel --section SpeedOfLight --section MemoryWorkloadAnalysis \
+if [ -n "${PROFILE:-}" ]; then  # PROFILE="N K M [v1]": ncu sections of one small-M launch (v2, or v1)
+  ncu --launch-skip 5 --launch-count 1 -k 'regex:small_kernel|run_kernel' --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats \
       --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
       $B/bench_matmul --one $PROFILE > "$OUT/ncu.txt" 2>&1

@@ -65,10 +65,27 @@ struct w4a16_sm80_workspace {
     void* cublas = nullptr;    // cuBLASLt workspace of the large-M path
     size_t cublas_bytes = 0;
 };
-// Sizes for shapes up to (m_max, n, k) on a device with `sm_count` SMs.
-w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count);
-
 constexpr int64_t W4A16_SM80_SMALL_M_MAX = 64;
+constexpr int64_t W4A16_RUN_M_MAX = 16;  // the balanced-run small-M kernel (version 2) takes m ≤ this
+
+// Small-M kernel variants (the bench and tests compare them; the defaults are what the launcher
+// runs). Version 2 (m ≤ W4A16_RUN_M_MAX): equal runs of (128-row block, 512-k group) units, one
+// per CTA of one wave of ≤ SMs × ctas_per_sm, fixed-order reduction of split row blocks. Version
+// 1: 128-row blocks × split-K groups (the kernel before 2026-11-22; always used for m > 16).
+// Version 0 picks 1 or 2 per shape and SM count (never per m).
+struct w4a16_small_config {
+    int version = 0;
+    int ctas_per_sm = 0;   // version 2: 1 or 2, 0 = the plan's choice
+    int min_len = 0;       // version 2: shortest run in (row block, group) units (0 = 1)
+    int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
+};
+
+// The version the default config runs for 1 ≤ m ≤ W4A16_RUN_M_MAX on an [n, k] weight (1 or 2).
+int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count);
+
+// Sizes for shapes up to (m_max, n, k) on a device with `sm_count` SMs (and small-M config cfg).
+w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count,
+                                               const w4a16_small_config& cfg = {});
 
 // out[m, n] = x[m, k] · Wᵀ. x: bf16 [m, k]; out: bf16 [m, n]. Picks the small-M kernel for
 // m ≤ W4A16_SM80_SMALL_M_MAX, else the dequant + cuBLASLt path. Deterministic (fixed-order
@@ -78,7 +95,7 @@ void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_w
 // The two paths, for tests and the bench.
 void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w,
                                           void* out, const w4a16_sm80_workspace& ws, int sm_count,
-                                          cudaStream_t s);
+                                          cudaStream_t s, const w4a16_small_config& cfg = {});
 void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_sm80_weight& w,
                                           void* out, const w4a16_sm80_workspace& ws, cudaStream_t s);
 // Rows [n0, n0 + rows) of the weight dequantized to bf16 [rows, k] as e2m1 · e4m3 · 2^-8 (exact;

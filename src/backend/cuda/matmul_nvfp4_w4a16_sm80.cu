@@ -68,6 +68,7 @@ struct small_params {
     float* partial;          // [splits][n_tiles·16][m rounded up to 4]
     int* counters;           // [row blocks]
     int m, n, k, n_tiles, k_chunks, k_groups, gps, splits;
+    int units, len, early;   // version 2: (row block, group) units, units per run (CTA), early signal
     float alpha;             // scale_global · 2^8
 };
 
@@ -325,6 +326,244 @@ void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s) {
     CUDA_CHECK(cudaGetLastError());
 }
 
+// ---- balanced-run kernel (version 2: m ≤ 16, the default since 2026-11-22) ----------------------
+// The units (128-row block rb, 512-k group), rb-major, are cut into equal runs of `len` units, one
+// run per CTA of a single wave (the plan picks CTAs per SM and len so that the busiest SM carries
+// as few units as possible: gate+up's 224 row blocks no longer leave 40 SMs with half the work).
+// The inner loop is version 1's (8-slot cp.async ring per warp, x per group in two slots, one
+// barrier per group); a run may continue into the next row block (k wraps to group 0). A row block
+// covered by one run is written directly; otherwise each run writes its segment's f32 partial
+// (slot 2·cta for the run's first segment, 2·cta + 1 for its last) and the last CTA to arrive
+// (integer counter) sums the runs in CTA order — deterministic and m-independent (the plan
+// depends only on the shape and the SM count).
+
+// End of a segment of row block rb: the two accumulator sets summed, then bf16 out (whole) or the
+// f32 partial into `slot` ([slot][128 rows][m rounded up to 4]).
+template <int NT>
+__device__ __forceinline__ void flush_segment(const small_params& p, const float (&acc)[2][NT][4], int rb, bool whole,
+                                              int slot, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3, mp = (p.m + 3) & ~3;
+    if (rb * WARPS + warp >= p.n_tiles) return;
+#pragma unroll
+    for (int u = 0; u < NT; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = warp * 16 + g + 8 * (e >> 1), m = 8 * u + 2 * t + (e & 1), n = rb * ROWS_PER_CTA + r;
+            const float v = acc[0][u][e] + acc[1][u][e];
+            if (m >= p.m) continue;
+            if (whole) {
+                if (n < p.n) p.out[size_t(m) * p.n + n] = __float2bfloat16_rn(v * p.alpha);
+            } else {
+                __stcg(p.partial + (size_t(slot) * ROWS_PER_CTA + r) * mp + m, v);
+            }
+        }
+}
+
+// The partial slot of CTA c's segment of row block rb (its first segment, or its last).
+__device__ __forceinline__ int run_slot(const small_params& p, int c, int rb) {
+    return 2 * c + (int((int64_t(c) * p.len) / p.k_groups) == rb ? 0 : 1);
+}
+
+// Last CTA of row block rb: sums the partials of CTAs c_lo..c_hi in that order (fixed) into out.
+__device__ __forceinline__ void reduce_row_block(const small_params& p, int rb, int c_lo, int c_hi) {
+    const int mp = (p.m + 3) & ~3, mq = mp / 4;
+    for (int e = threadIdx.x; e < ROWS_PER_CTA * mq; e += THREADS) {
+        const int r = e / mq, m0 = 4 * (e % mq), n = rb * ROWS_PER_CTA + r;
+        if (n >= p.n) continue;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int c = c_lo; c <= c_hi; c += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                v[u] = c + u <= c_hi ? __ldcg(reinterpret_cast<const float4*>(
+                                           p.partial + (size_t(run_slot(p, c + u, rb)) * ROWS_PER_CTA + r) * mp + m0))
+                                     : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (c + u <= c_hi) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+        }
+        const float r4[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (m0 + j < p.m) p.out[size_t(m0 + j) * p.n + n] = __float2bfloat16_rn(r4[j] * p.alpha);
+    }
+}
+
+// early (variant): the counter of the run's first (split) segment is bumped at the barrier of the
+// next unit instead of after the loop, so that handshake overlaps the rest of the run.
+template <int NT>
+__global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(small_params p) {
+    extern __shared__ uint4 smem_raw[];
+    __shared__ int s_last;
+    static_assert(NT <= 2, "the balanced-run kernel takes m ≤ 16 (two accumulator sets)");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
+    const uint32_t ring_sa = smem_addr(ring);
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
+    const int slot_elems = p.m * (GROUP_K + X_PAD);
+    const int u0 = blockIdx.x * p.len, u1 = min(u0 + p.len, p.units);
+    int rb = u0 / p.k_groups, grp = u0 - rb * p.k_groups;  // the unit being computed
+    const int tile = rb * WARPS + warp;
+    bool active = tile < p.n_tiles;
+
+    // Prologue: commit group (u0, i) = chunk i of u0, plus x of u0 in group (u0, 0).
+    {
+        const uint4* c0 = p.codes + (size_t(tile) * p.k_chunks + grp * GROUP_CHUNKS) * 32 + lane;
+        const int n0 = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
+#pragma unroll
+        for (int i = 0; i < GROUP_CHUNKS; ++i) {
+            fetch_chunk(p, i < n0, c0 + 32 * i, ring_sa + 512 * i);
+            if (i == 0) stage_x(p, grp, xs);
+            cp_async_commit();
+        }
+    }
+    uint4 s_cur = active ? ld_stream(p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane) : make_uint4(0, 0, 0, 0);
+    uint4 s_next = s_cur;
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
+    bool seg_first = true, seg_whole = grp == 0;
+    int pend0 = -1, pend1 = -1;  // row blocks this CTA left partial (its first and last segments)
+    bool signal = false, counted0 = false;  // early: bump pend0's counter at the next barrier / done
+    int first_old = 0;                      // early: thread 0's counter value for pend0
+    for (int u = u0; u < u1; ++u) {
+        const bool more = u + 1 < u1;
+        const int grp_n = grp + 1 == p.k_groups ? 0 : grp + 1, rb_n = grp_n == 0 ? rb + 1 : rb;
+        const int tile_n = rb_n * WARPS + warp;
+        const bool active_n = more && tile_n < p.n_tiles;
+        const uint4* cnext = p.codes + (size_t(tile_n) * p.k_chunks + grp_n * GROUP_CHUNKS) * 32 + lane;
+        const int n_next = active_n ? min(GROUP_CHUNKS, p.k_chunks - grp_n * GROUP_CHUNKS) : 0;
+        const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
+        const __nv_bfloat16* xg = xs + ((u - u0) & 1) * slot_elems;
+        const uint4* xr[NT];
+#pragma unroll
+        for (int v = 0; v < NT; ++v)
+            xr[v] = 8 * v + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * v + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
+#pragma unroll
+        for (int i = 0; i < GROUP_CHUNKS; ++i) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (u, i) landed
+            if (i == 0) {
+                __syncthreads();  // x of u visible; every warp is done with u-1's x slot
+                if (signal) {     // every warp's pend0 partial is written and fenced
+                    if (threadIdx.x == 0) first_old = atomicAdd(&p.counters[pend0], 1);
+                    signal = false, counted0 = true;
+                }
+                if (active_n) s_next = ld_stream(p.scales + (size_t(tile_n) * p.k_groups + grp_n) * 32 + lane);
+            }
+            if (i < n_cur) compute_chunk<NT>(ring[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i & 1]);
+            if (more) {
+                fetch_chunk(p, i < n_next, cnext + 32 * i, ring_sa + 512 * i);  // slot i consumed above
+                if (i == 0) stage_x(p, grp_n, xs + ((u + 1 - u0) & 1) * slot_elems);
+            }
+            cp_async_commit();  // possibly empty: keeps one group per chunk
+        }
+        if (grp == p.k_groups - 1 || !more) {  // end of a segment (uniform over the CTA)
+            const bool whole = seg_whole && grp == p.k_groups - 1;
+            flush_segment<NT>(p, acc, rb, whole, 2 * blockIdx.x + (seg_first ? 0 : 1), warp, lane);
+            if (!whole) {
+                if (pend0 < 0) {
+                    pend0 = rb;
+                    if (p.early && more) {
+                        __threadfence();
+                        signal = true;
+                    }
+                } else {
+                    pend1 = rb;
+                }
+            }
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int v = 0; v < NT; ++v) acc[a][v][0] = acc[a][v][1] = acc[a][v][2] = acc[a][v][3] = 0.0f;
+            seg_first = false, seg_whole = true;
+        }
+        s_cur = s_next, grp = grp_n, rb = rb_n, active = tile_n < p.n_tiles;
+    }
+    cp_async_wait_all();
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const int rbq = q ? pend1 : pend0;  // the same in every warp of the CTA
+        if (rbq < 0) continue;
+        const int c_lo = int((int64_t(rbq) * p.k_groups) / p.len);
+        const int c_hi = int((int64_t(rbq + 1) * p.k_groups - 1) / p.len);
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int old = q == 0 && counted0 ? first_old : atomicAdd(&p.counters[rbq], 1);
+            s_last = old == c_hi - c_lo;
+        }
+        __syncthreads();
+        if (s_last) {
+            __threadfence();
+            reduce_row_block(p, rbq, c_lo, c_hi);
+            if (threadIdx.x == 0) p.counters[rbq] = 0;  // ready for the next launch / graph replay
+        }
+        __syncthreads();  // s_last is reused
+    }
+}
+
+struct run_plan {
+    int64_t units = 0, len = 0, grid = 0, row_blocks = 0;
+    int busiest = 0;  // units on the busiest SM (CTAs spread breadth-first over the SMs)
+};
+
+// Runs of len units over at most SMs × ctas_per_sm CTAs (one wave). Default: of 1–2 CTAs per SM
+// (3, with 24 warps per SM, measured slower on every shape), the one whose busiest SM carries the
+// fewest units (len × CTAs on it), ties to 2 (more warps in flight). Depends only on the shape,
+// the SM count and the config (never on m).
+run_plan plan_runs(const w4a16_sm80_dims& d, int sm_count, const w4a16_small_config& cfg) {
+    run_plan pl;
+    pl.row_blocks = (d.n_tiles + WARPS - 1) / WARPS;
+    pl.units = pl.row_blocks * d.k_groups;
+    const int64_t sms = std::max(1, sm_count), min_len = std::max(1, cfg.min_len);
+    int64_t best = -1;
+    for (int cps = 2; cps >= 1; --cps) {
+        if (cfg.ctas_per_sm > 0 && cps != cfg.ctas_per_sm) continue;
+        const int64_t len = std::max<int64_t>(min_len, (pl.units + sms * cps - 1) / (sms * cps));
+        const int64_t grid = (pl.units + len - 1) / len, busiest = len * ((grid + sms - 1) / sms);
+        if (best < 0 || busiest < best) best = busiest, pl.len = len, pl.grid = grid;
+    }
+    pl.busiest = int(std::min<int64_t>(best, INT32_MAX));
+    return pl;
+}
+
+size_t run_partial_bytes(const run_plan& pl, int64_t m) { return size_t(2 * pl.grid) * ROWS_PER_CTA * ((m + 3) & ~3) * 4; }
+
+// Version 0 (auto) → 1 or 2 for m ≤ 16, from the shape and the SM count only (rows of a batch stay
+// bit-identical to the same row alone). Version 2 splits more row blocks over CTAs, whose partial
+// sums and end-of-run handshakes cost ~15–20 % on H100 (2026-11-22: gate+up with 14 units on the
+// busiest SM against version 1's 16 was slower; down with 7 against 9 faster): so version 2 only
+// where its busiest SM carries < 0.85 × version 1's units.
+int small_version(const w4a16_sm80_dims& d, int sm_count, const w4a16_small_config& cfg) {
+    if (cfg.version != 0) return cfg.version;
+    small_plan p1 = plan_small(1, d, sm_count);
+    const int64_t sms = std::max(1, sm_count);
+    const int64_t busiest1 = int64_t(p1.gps) * ((int64_t(p1.row_blocks) * p1.splits + sms - 1) / sms);
+    return int64_t(plan_runs(d, sm_count, cfg).busiest) * 20 < busiest1 * 17 ? 2 : 1;
+}
+
+template <int NT>
+void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStream_t s) {
+    auto kern = matmul_nvfp4_w4a16_run_kernel<NT>;
+    static bool attr_set = false;  // per template instance; the attribute is per-function
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
+        attr_set = true;
+    }
+    kern<<<unsigned(grid), THREADS, smem, s>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s) {
+    p.units = int(pl.units), p.len = int(pl.len), p.early = early ? 1 : 0;
+    const size_t smem = RING_BYTES + 2 * size_t(p.m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
+    if (p.m <= 8) launch_run_kernel<1>(p, pl.grid, smem, s);
+    else launch_run_kernel<2>(p, pl.grid, smem, s);
+}
+
 int64_t dequant_rows_per_pass(const w4a16_sm80_workspace& ws, int64_t n, int64_t k) {
     int64_t rows = int64_t(ws.dequant_bytes / (size_t(k) * 2));
     return rows >= n ? n : rows / 256 * 256;
@@ -390,13 +629,21 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
 #endif
 }
 
-w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count) {
+int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count) {
+    return small_version(w4a16_sm80_dims_of(n, k), sm_count, {});
+}
+
+w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count,
+                                               const w4a16_small_config& cfg) {
     w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
     w4a16_sm80_workspace ws;
+    const run_plan rp = plan_runs(d, sm_count, cfg);
     for (int64_t m = 1; m <= std::min(m_max, W4A16_SM80_SMALL_M_MAX); ++m) {
         small_plan pl = plan_small(m, d, sm_count);
         if (pl.splits > 1) ws.partial_bytes = std::max(ws.partial_bytes, size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4);
         ws.counter_count = std::max(ws.counter_count, size_t(pl.row_blocks));
+        if (m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2)
+            ws.partial_bytes = std::max(ws.partial_bytes, run_partial_bytes(rp, m));
     }
     if (m_max > W4A16_SM80_SMALL_M_MAX) {
         int64_t rows = std::min<int64_t>(n, std::max<int64_t>(256, (int64_t(64) << 20) / (k * 2) / 256 * 256));
@@ -407,7 +654,11 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
 }
 
 void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
-                                          const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s) {
+                                          const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
+                                          const w4a16_small_config& cfg) {
+    TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2,
+                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2)",
+                cfg.version, cfg.ctas_per_sm);
     TETRA_CHECK(m >= 1 && m <= W4A16_SM80_SMALL_M_MAX, "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows; got %lld",
                 (long long)W4A16_SM80_SMALL_M_MAX, (long long)m);
     w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
@@ -422,7 +673,18 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     p.m = int(m), p.n = int(w.n), p.k = int(w.k);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
     p.gps = pl.gps, p.splits = pl.splits;
+    p.units = p.len = p.early = 0;  // version 2's (run_launch)
     p.alpha = w.scale_global * 256.0f;
+    if (m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
+        const run_plan rp = plan_runs(d, sm_count, cfg);
+        TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
+                        ws.counter_count >= size_t(rp.row_blocks),
+                    "matmul_nvfp4_w4a16_sm80: workspace too small for [%lld x %lld] x [%lld x %lld]ᵀ "
+                    "(size it with w4a16_sm80_workspace_need)",
+                    (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
+        run_launch(p, rp, cfg.early_signal != 0, s);
+        return;
+    }
     if (pl.splits > 1) {
         TETRA_CHECK(ws.partial_bytes >= size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4 && ws.counters &&
                         ws.counter_count >= size_t(pl.row_blocks),
@@ -504,7 +766,7 @@ void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_
 
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                     const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s) {
-    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s);
+    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, {});
     else matmul_nvfp4_w4a16_sm80_large_launch(x, m, w, out, ws, s);
 }
 

@@ -1,5 +1,6 @@
 // GPU matmul kernels vs the CPU oracle (label gpu): W4A16 NVFP4 (decode stream-K kernel, small-M
-// mma.sync kernel and the dequant + cuBLASLt large-M path) and dense bf16 (cuBLASLt). The reference dequantizes with
+// mma.sync kernels v1/v2 under several plans, and the dequant + cuBLASLt large-M path) and dense
+// bf16 (cuBLASLt). The reference dequantizes with
 // src/nvfp4 (reference/nvfp4-format.md §3.3) and multiplies in double. Odd shapes (k a multiple of
 // 16 but not of 64, odd n), output sentinels, NaN parity, M=1 vs M=16 bit-identity, determinism,
 // an exhaustive exactness check of the in-register dequant (every code × every e4m3 scale), and
@@ -203,6 +204,37 @@ std::vector<uint16_t> run_gemv(const dev_weight& dw, const std::vector<uint16_t>
     return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
 }
 
+// Runs the small-M kernel with config `cfg` planned for `sms` SMs (0: the device's; fewer gives
+// longer runs: runs spanning several row blocks), on its own workspace; checks the guards and
+// that the split-K counters are left zero.
+std::vector<uint16_t> run_small(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
+                                const cuda::w4a16_small_config& cfg, int sms = 0) {
+    if (sms == 0) sms = sm_count();
+    int64_t n = dw.w.n;
+    cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, n, dw.w.k, sms, cfg);
+    dbuf dx(x.size() * 2), dout(size_t(m * n + 2 * GUARD) * 2), part(std::max<size_t>(ws.partial_bytes, 4)),
+        cnt(ws.counter_count * 4);
+    ws.partial = part.p, ws.counters = static_cast<int*>(cnt.p);
+    std::vector<uint16_t> host(static_cast<size_t>(m * n + 2 * GUARD), SENTINEL);
+    cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
+    cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx.p, m, dw.w, static_cast<uint16_t*>(dout.p) + GUARD, ws, sms, 0, cfg);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < GUARD; ++i) {
+        EXPECT_EQ(host[size_t(i)], SENTINEL) << "guard before the output overwritten at " << i;
+        EXPECT_EQ(host[host.size() - 1 - size_t(i)], SENTINEL) << "guard after the output overwritten";
+    }
+    std::vector<int> counters(ws.counter_count);
+    cudaMemcpy(counters.data(), cnt.p, counters.size() * 4, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < counters.size(); ++i)
+        if (counters[i] != 0) {
+            ADD_FAILURE() << "split-K counter " << i << " left at " << counters[i];
+            break;
+        }
+    return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
+}
+
 struct shape { int64_t n, k; };
 const shape k_shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}};
 const int64_t k_ms[] = {1, 3, 16, 17, 100};
@@ -274,6 +306,55 @@ TEST(matmul_w4a16_sm80, rows_of_m16_equal_m1_bitwise_and_deterministic) {
     std::vector<double> ref, mag;
     oracle(x2, 2, wf, hw.n, hw.k, ref, mag);
     expect_close(std::vector<uint16_t>(out16.begin(), out16.begin() + 2 * hw.n), ref, mag, hw.k, "4096x4096 m=16");
+}
+
+// The small-M kernels at m ≤ 16: version 2 (balanced runs) under plans that stress it (runs of
+// one unit, runs spanning several row blocks on 1–3 SMs, 1–2 CTAs per SM, long runs) and version
+// 1, on odd shapes; rows of m = 16 equal the same row alone, bitwise, under every plan.
+TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
+    uint32_t seed = 500;
+    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {300, 576}};
+    struct variant { cuda::w4a16_small_config cfg; int sms; const char* what; };
+    cuda::w4a16_small_config v1, v2, len1, one_cta, two_ctas, len5, early;
+    v1.version = 1, v2.version = 2;
+    len1 = one_cta = two_ctas = len5 = early = v2;
+    len1.min_len = 1, one_cta.ctas_per_sm = 1, two_ctas.ctas_per_sm = 2, len5.min_len = 5, early.early_signal = 1;
+    cuda::w4a16_small_config early_len1 = early;
+    early_len1.min_len = 1;
+    const variant variants[] = {{{}, 0, "auto"},
+                                {v2, 0, "v2"},
+                                {len1, 0, "v2 min_len 1"},
+                                {v2, 1, "v2 1 SM"},
+                                {len1, 3, "v2 3 SMs min_len 1"},
+                                {one_cta, 2, "v2 2 SMs 1 CTA/SM"},
+                                {two_ctas, 0, "v2 2 CTAs/SM"},
+                                {len5, 0, "v2 min_len 5"},
+                                {early, 1, "v2 early 1 SM"},
+                                {early_len1, 3, "v2 early 3 SMs"},
+                                {early, 0, "v2 early"},
+                                {v1, 0, "v1"}};
+    for (const shape& s : shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 1);
+        std::vector<uint16_t> x16 = random_bf16(16 * s.k, seed++);
+        for (const variant& v : variants) {
+            std::vector<uint16_t> out16 = run_small(dw, x16, 16, v.cfg, v.sms);
+            for (int64_t m : {1, 2, 5, 8, 9, 16}) {
+                std::vector<uint16_t> x(x16.begin(), x16.begin() + m * s.k);
+                std::vector<double> ref, mag;
+                oracle(x, m, wf, s.n, s.k, ref, mag);
+                std::string what = "n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m) +
+                                   " " + v.what;
+                std::vector<uint16_t> got = m == 16 ? out16 : run_small(dw, x, m, v.cfg, v.sms);
+                expect_close(got, ref, mag, s.k, what.c_str());
+                EXPECT_EQ(0, std::memcmp(got.data(), out16.data(), got.size() * 2)) << what << ": rows differ from m=16's";
+            }
+            std::vector<uint16_t> xr(x16.begin() + 11 * s.k, x16.begin() + 12 * s.k);  // row 11 alone
+            std::vector<uint16_t> out1 = run_small(dw, xr, 1, v.cfg, v.sms);
+            EXPECT_EQ(0, std::memcmp(out1.data(), out16.data() + 11 * s.n, size_t(s.n) * 2)) << v.what << " row 11";
+        }
+    }
 }
 
 // The decode kernel: every m it takes, odd shapes, and plans that split tiles over many warps
