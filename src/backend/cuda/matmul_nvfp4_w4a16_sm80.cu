@@ -3,8 +3,10 @@
 // (16-B cp.async into a per-warp shared-memory ring) from an offline re-layout (w4a16_sm80_pack) in
 // which each lane's 16 B are exactly its A registers for 4 MMAs; e2m1 → bf16 by bit placement
 // (v·2^-126, 9 integer ops per 4 registers: decode_word), × bf16(e4m3 · 2^118) — exact
-// (kernels.md §3.3) — and scale_global · 2^8 in the f32 epilogue. Split-K over 512-k groups, reduced in a fixed order by the last CTA of each row block
-// (integer counter; no float atomics). M > 64: weight dequantized to bf16 row blocks (side stream,
+// (kernels.md §3.3) — and scale_global · 2^8 in the f32 epilogue. Two grids for M ≤ 16, picked per
+// shape: v1 (row block × split-K over 512-k groups) and v2 (equal runs of (row block, group) units
+// over one wave); split row blocks are reduced in a fixed order by the last CTA (integer counter;
+// no float atomics). 17..64 rows: v1. M > 64: weight dequantized to bf16 row blocks (side stream,
 // ping-pong buffers) + cuBLASLt. Measurements and what limits it: docs/perf.md.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
