@@ -79,8 +79,13 @@ struct engine_state {
     std::vector<std::string> done;  // finished requests, erased at the end of the step
     sampler smp;
     std::vector<float> row;
+    // The device path's per-step buffers: one sample_row per batch row, their entries, the results.
+    std::vector<sample_row> rows;
+    std::vector<sample_entry> entries;
+    std::vector<int32_t> ids;
+    std::vector<guard_row_stats> stats;
     int64_t next_seq_id = 0;
-    int64_t prompt_tokens_total = 0, generation_tokens_total = 0, num_steps = 0;
+    int64_t prompt_tokens_total = 0, generation_tokens_total = 0, num_steps = 0, device_sampled_tokens = 0;
     int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
 
     explicit engine_state(llm_engine& e) : eng(e) {}
@@ -170,20 +175,34 @@ struct engine_state {
         requests[id] = std::move(r);
     }
 
+    // rows/entries for this step's batch (one row per scheduled sequence, in batch order); rows
+    // that sample nothing this step (a prefill chunk before the last) get a greedy row.
+    void pack_rows(const std::vector<scheduled_seq>& batch) {
+        rows.assign(batch.size(), sample_row{});
+        entries.clear();
+        for (size_t i = 0; i < batch.size(); ++i) {
+            const sequence& s = *batch[i].seq;
+            if (!batch[i].sample || s.finished()) {
+                rows[i].temperature = 0.0f;
+                continue;
+            }
+            const sampling_params& p = static_cast<const request_state*>(s.owner)->req.params;
+            pack_sample_row(p, s.history, s.seed, s.history.n_output, rows[i], entries);
+        }
+    }
+
     void erase_done() {
         for (const std::string& id : done) requests.erase(id);
         done.clear();
     }
 
-    // The output guard (docs/no-silent-garbage.md §2) on one logits row and the token sampled from
-    // it (token < 0: not sampled yet): "" or the message that fails the request (server: HTTP 500);
-    // every trip counts in tetra:output_guard_trips_total.
-    std::string guard_trip_message(const sequence& s, const float* logits, int32_t n_vocab, int32_t token) {
+    // The output guard (docs/no-silent-garbage.md §2) on one logits row (its verdict, from the row
+    // on the host or from its device statistics) or on the token sampled from it (token >= 0):
+    // "" or the message that fails the request (server: HTTP 500); every trip counts in
+    // tetra:output_guard_trips_total.
+    std::string guard_trip_message(const sequence& s, guard_verdict v, int32_t token) {
         const output_guard_config cfg;
-        guard_verdict v;
-        if (token < 0) {
-            v = output_guard::check(logits, n_vocab, 1, cfg);
-        } else if (token == 0) {  // trailing id-0 run of the output, this token included
+        if (token == 0) {  // trailing id-0 run of the output, this token included
             int64_t run = 0;
             for (int64_t i = s.num_tokens() - 1; i >= s.num_prompt_tokens && s.token_ids[size_t(i)] == 0; --i) ++run;
             if (run > cfg.max_zero_streak) {
@@ -200,28 +219,59 @@ struct engine_state {
                       n_out == 0 ? "prefill" : strfmt("decode step %lld", (long long)n_out).c_str(), v.detail.c_str());
     }
 
-    // Samples s's next token from its logits row and emits the output.
-    void sample_one(sequence& s, const float* logits, int32_t n_vocab) {
+    // Ends s's request when the guard trips on `v` / `token`; false then.
+    bool guard_ok(sequence& s, const guard_verdict& v, int32_t token) {
+        std::string msg = guard_trip_message(s, v, token);
+        if (msg.empty()) return true;
         request_state& r = *static_cast<request_state*>(s.owner);
-        const sampling_params& p = r.req.params;
-        auto guard = [&](int32_t token) {
-            std::string msg = guard_trip_message(s, logits, n_vocab, token);
-            if (!msg.empty()) {
-                TETRA_LOG_ERROR("engine: request '%s': %s", r.req.request_id.c_str(), msg.c_str());
-                end_request(r, false, msg);
-            }
-            return msg.empty();
-        };
-        if (!guard(-1)) return;
+        TETRA_LOG_ERROR("engine: request '%s': %s", r.req.request_id.c_str(), msg.c_str());
+        end_request(r, false, msg);
+        return false;
+    }
+
+    void sampling_failed(sequence& s, const std::string& what) {
+        request_state& r = *static_cast<request_state*>(s.owner);
+        TETRA_LOG_WARN("engine: request '%s' failed in sampling: %s", r.req.request_id.c_str(), what.c_str());
+        end_request(r, false, strfmt("sampling failed: %s", what.c_str()));
+    }
+
+    // Samples s's next token from its logits row (host) and emits the output.
+    void sample_one(sequence& s, const float* logits, int32_t n_vocab) {
+        const sampling_params& p = static_cast<request_state*>(s.owner)->req.params;
+        if (!guard_ok(s, output_guard::check(logits, n_vocab, 1, output_guard_config{}), -1)) return;
         row.assign(logits, logits + n_vocab);
         sample_result sr;
         try {
             sr = smp.sample(row.data(), n_vocab, p, s.history, s.seed, s.history.n_output);
         } catch (const std::exception& e) {
-            TETRA_LOG_WARN("engine: request '%s' failed in sampling: %s", r.req.request_id.c_str(), e.what());
-            end_request(r, false, strfmt("sampling failed: %s", e.what()));
+            sampling_failed(s, e.what());
             return;
         }
+        accept(s, std::move(sr));
+    }
+
+    // The device path's result for s: the token sample_rows drew (or its error code) and the guard
+    // statistics of s's logits row; the same checks, messages and output as sample_one.
+    void sample_one_device(sequence& s, int32_t token, const guard_row_stats& st, int32_t n_vocab) {
+        const sampling_params& p = static_cast<request_state*>(s.owner)->req.params;
+        if (!guard_ok(s, output_guard::check_stats(&st, n_vocab, 1, output_guard_config{}), -1)) return;
+        if (token < 0) {  // sampler.cpp's messages
+            sampling_failed(s, token == int32_t(sample_error::TEMP_OVERFLOW)
+                                   ? strfmt("sampler: logits / temperature overflow f32 (temperature %g)",
+                                            double(p.temperature))
+                                   : strfmt("sampler: %s (n_vocab %d)", sample_error_message(token), n_vocab));
+            return;
+        }
+        sample_result sr;
+        sr.token = token;
+        ++device_sampled_tokens;
+        accept(s, std::move(sr));
+    }
+
+    // Appends the sampled token to s, runs the zero-streak guard and the stop checks, emits.
+    void accept(sequence& s, sample_result sr) {
+        request_state& r = *static_cast<request_state*>(s.owner);
+        const sampling_params& p = r.req.params;
         const double t = llm_engine::now();
         if (s.first_token_time == 0) {
             s.first_token_time = t;
@@ -230,7 +280,7 @@ struct engine_state {
         s.append_token(sr.token);
         s.history.add_output(sr.token);
         ++generation_tokens_total;
-        if (!guard(sr.token)) return;
+        if (!guard_ok(s, guard_verdict{}, sr.token)) return;
         request_output o = make_output(s);
         o.new_token_ids.push_back(sr.token);
         if (p.logprobs) o.logprobs.push_back(std::move(sr));
@@ -407,9 +457,19 @@ bool llm_engine::step_locked() {
         c.n = w.n_tokens;
         chunks.push_back(c);
     }
+    // Device sampling (only ids and guard statistics come back) unless the backend is the CPU or
+    // a row of this step asks for logprobs (they need the whole row on the host).
+    bool on_device = cfg_.device_sampling && model_.be->device().kind != device_kind::CPU;
+    for (const scheduled_seq& w : batch)
+        on_device = on_device && !(w.sample && static_cast<request_state*>(w.seq->owner)->req.params.logprobs);
     const std::vector<float>* logits = nullptr;
     try {
-        logits = &runner_->run(chunks);
+        if (on_device) {
+            state_->pack_rows(batch);
+            runner_->run_sample(chunks, state_->rows, state_->entries, state_->ids, state_->stats);
+        } else {
+            logits = &runner_->run(chunks);
+        }
     } catch (const std::exception& e) {  // the whole batch shared the failed forward
         TETRA_LOG_ERROR("engine: forward step failed for %zu sequences: %s", batch.size(), e.what());
         for (const scheduled_seq& w : batch)
@@ -426,7 +486,8 @@ bool llm_engine::step_locked() {
     for (size_t i = 0; i < batch.size(); ++i) {
         sequence& s = *batch[i].seq;
         if (!batch[i].sample || s.finished()) continue;
-        state_->sample_one(s, logits->data() + i * size_t(n_vocab), n_vocab);
+        if (on_device) state_->sample_one_device(s, state_->ids[i], state_->stats[i], n_vocab);
+        else state_->sample_one(s, logits->data() + i * size_t(n_vocab), n_vocab);
     }
     state_->erase_done();
     publish_stats();
@@ -461,6 +522,7 @@ void llm_engine::publish_stats() {
     st.finished_abort = state_->finished_abort;
     st.finished_error = state_->finished_error;
     st.num_steps = state_->num_steps;
+    st.device_sampled_tokens = state_->device_sampled_tokens;
     std::lock_guard<std::mutex> lk(inbox_mu_);
     for (const auto& q : inbox_) st.num_waiting += q.first.n;
     st.num_requests += int64_t(inbox_.size());

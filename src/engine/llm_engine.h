@@ -44,6 +44,10 @@ struct engine_config {
     int64_t kv_cache_memory = 0;
     float gpu_memory_utilization = 0.9f;
     int64_t num_kv_blocks_override = 0;  // > 0: exactly this many KV blocks (tests, benchmarks)
+    // Sample on the device (backend/sampling.h: only token ids and guard statistics leave it) when
+    // the backend is not the CPU; steps with a logprobs row always sample on the host. The tokens
+    // are the same either way (bit-exact algorithm); false forces the host path (tests).
+    bool device_sampling = true;
 };
 
 // What the engine reports for one sequence after a step (or on finish / abort / error).
@@ -125,6 +129,7 @@ struct engine_stats {
     int64_t num_preemptions = 0;
     int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;  // sequences
     int64_t num_steps = 0;
+    int64_t device_sampled_tokens = 0;  // tokens drawn by the device sampling path (the rest: host)
 };
 
 class llm_engine {

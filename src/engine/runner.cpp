@@ -1,6 +1,7 @@
 #include "engine/runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -143,7 +144,7 @@ const tensor& model_runner::argmax_ids(const tensor& logits) {
     return ids_view_;
 }
 
-const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, bool argmax, int64_t* n_rows) {
+const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, result_kind kind, int64_t* n_rows) {
     const int bs = kv_.block_size;
     int64_t n_tokens = 0, n_logits = 0;
     int64_t max_blocks = 1;
@@ -163,7 +164,9 @@ const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, bool argm
     }
     const int64_t n_seqs = int64_t(chunks.size());
     *n_rows = n_logits;
-    auto finish = [&](const tensor& logits) -> const tensor& { return argmax ? argmax_ids(logits) : logits_f32(logits); };
+    auto finish = [&](const tensor& logits) -> const tensor& {
+        return kind == result_kind::ARGMAX ? argmax_ids(logits) : kind == result_kind::RAW ? logits : logits_f32(logits);
+    };
     int64_t sb = seq_bucket(n_seqs), wb = width_bucket(max_blocks);
     if (!(decode && graphs_on_ && graphs_supported_ && be_.supports_graphs() && !model_.has_tap() &&
           sb <= model_.max_tokens())) {
@@ -176,7 +179,7 @@ const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, bool argm
     // bucket's kv capacity; each row uses its own position).
     layout L = make_layout(sb, sb, wb, sb);
     fill(L, chunks);
-    auto key = std::make_tuple(sb, wb, argmax);
+    auto key = std::make_tuple(sb, wb, kind);
     auto it = graphs_.find(key);
     if (it != graphs_.end() && be_.replay_graph(it->second.graph)) {
         ++replays_;
@@ -193,7 +196,7 @@ const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, bool argm
 
 const std::vector<float>& model_runner::run(const std::vector<seq_chunk>& chunks) {
     int64_t rows = 0;
-    const tensor& out = step(chunks, false, &rows);
+    const tensor& out = step(chunks, result_kind::LOGITS_F32, &rows);
     logits_.resize(size_t(rows * out.dim(1)));
     be_.download(tensor_rows(out, 0, rows), logits_.data());
     return logits_;
@@ -201,10 +204,47 @@ const std::vector<float>& model_runner::run(const std::vector<seq_chunk>& chunks
 
 const std::vector<int32_t>& model_runner::run_argmax(const std::vector<seq_chunk>& chunks) {
     int64_t rows = 0;
-    const tensor& out = step(chunks, true, &rows);
+    const tensor& out = step(chunks, result_kind::ARGMAX, &rows);
     ids_host_.resize(size_t(rows));
     be_.download(tensor_rows(out, 0, rows), ids_host_.data());
     return ids_host_;
+}
+
+void model_runner::run_sample(const std::vector<seq_chunk>& chunks, const std::vector<sample_row>& rows,
+                              const std::vector<sample_entry>& entries, std::vector<int32_t>& ids,
+                              std::vector<guard_row_stats>& stats) {
+    int64_t n = 0;
+    const tensor& out = step(chunks, result_kind::RAW, &n);
+    TETRA_CHECK(int64_t(rows.size()) == n, "model_runner::run_sample: %zu sampling rows for %lld logits rows",
+                rows.size(), (long long)n);
+    const tensor logits = tensor_rows(out, 0, n);
+    const int64_t n_entries = int64_t(entries.size());
+    const int64_t w_rows = n * sample_row_words, w_total = w_rows + n_entries * 4;
+    sample_host_.resize(size_t(w_total));
+    std::memcpy(sample_host_.data(), rows.data(), size_t(w_rows) * 4);
+    if (n_entries) std::memcpy(sample_host_.data() + w_rows, entries.data(), size_t(n_entries) * 16);
+    const int64_t w_out = n * (guard_stats_words + 1);
+    auto grow = [&](tensor& t, int64_t words) {
+        if (t.empty() || t.numel() < words) {
+            be_.synchronize();  // the old buffer may still be read by the previous step's kernels
+            t = be_.alloc(dtype::I32, {std::max<int64_t>(words, 4096)});
+        }
+    };
+    grow(sample_dev_, w_total);
+    grow(sample_out_dev_, w_out);
+    be_.copy_from_host(sample_host_.data(), tensor_rows(sample_dev_, 0, w_total));
+    const tensor rows_t = tensor_reshape(tensor_rows(sample_dev_, 0, w_rows), {n, sample_row_words});
+    const tensor entries_t = tensor_reshape(tensor_rows(sample_dev_, w_rows, n_entries * 4), {n_entries, 4});
+    const tensor stats_t =
+        tensor_reshape(tensor_rows(sample_out_dev_, 0, n * guard_stats_words), {n, guard_stats_words});
+    const tensor ids_t = tensor_rows(sample_out_dev_, n * guard_stats_words, n);
+    sample_guard_stats(be_, logits, stats_t);
+    sample_rows(be_, logits, rows_t, entries_t, ids_t);
+    sample_out_host_.resize(size_t(w_out));
+    be_.download(tensor_rows(sample_out_dev_, 0, w_out), sample_out_host_.data());
+    stats.resize(size_t(n));
+    if (n) std::memcpy(static_cast<void*>(stats.data()), sample_out_host_.data(), size_t(n) * sizeof(guard_row_stats));
+    ids.assign(sample_out_host_.begin() + n * guard_stats_words, sample_out_host_.begin() + w_out);
 }
 
 }  // namespace tetra

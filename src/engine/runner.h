@@ -1,5 +1,6 @@
 // model_runner: turns per-sequence work (new tokens, their start position, the block table) into
-// one forward_batch on the backend, runs the model and returns f32 logits on the host.
+// one forward_batch on the backend, runs the model and returns f32 logits on the host (or, on the
+// device paths, only argmax ids or sampled ids with the guard's statistics).
 // block_pool: the free list of KV blocks (the server's block manager builds on it).
 #pragma once
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "model/model.h"
 
 namespace tetra {
@@ -49,6 +51,14 @@ class model_runner {
     // Greedy fast path: the argmax of each logits row, computed on the device (only the ids come
     // back to the host). Same rows as run().
     const std::vector<int32_t>& run_argmax(const std::vector<seq_chunk>& chunks);
+    // Device sampling: the forward, then the output guard's statistics and THE ALGORITHM
+    // (backend/sampling.h sample_guard_stats, sample_rows) on the backend, after the graph replay on
+    // the same stream; only ids and 40 bytes of statistics per row come back. rows: one per logits
+    // row (chunk order), entries: their sparse penalties (engine/sampler.h pack_sample_row).
+    // ids[r]: the token or a negative sample_error code; stats[r]: guard_row_stats of row r.
+    void run_sample(const std::vector<seq_chunk>& chunks, const std::vector<sample_row>& rows,
+                    const std::vector<sample_entry>& entries, std::vector<int32_t>& ids,
+                    std::vector<guard_row_stats>& stats);
     causal_lm& model() { return model_; }
     // Graph replay for decode steps (default on; it only applies where the backend has graphs).
     void set_graphs(bool on) { graphs_on_ = on; }
@@ -65,9 +75,10 @@ class model_runner {
     void fill(const layout& L, const std::vector<seq_chunk>& chunks);
     const tensor& logits_f32(const tensor& logits);  // cast into a persistent f32 buffer (no-op for f32)
     const tensor& argmax_ids(const tensor& logits);   // argmax into a persistent i32 buffer
-    // Runs the step; returns the device result (f32 logits rows, or i32 ids when argmax) and the
-    // number of real rows.
-    const tensor& step(const std::vector<seq_chunk>& chunks, bool argmax, int64_t* n_rows);
+    // What a step leaves on the device: f32 logits rows, i32 argmax ids, or the model's own logits.
+    enum class result_kind : uint8_t { LOGITS_F32, ARGMAX, RAW };
+    // Runs the step; returns the device result and the number of real rows.
+    const tensor& step(const std::vector<seq_chunk>& chunks, result_kind kind, int64_t* n_rows);
 
     causal_lm& model_;
     backend& be_;
@@ -79,13 +90,15 @@ class model_runner {
     std::vector<int32_t> ids_host_;
     std::vector<int32_t> meta_host_;
     tensor meta_dev_;
+    std::vector<int32_t> sample_host_, sample_out_host_;  // run_sample's staging (rows + entries; stats + ids)
+    tensor sample_dev_, sample_out_dev_;                  // i32, grow-only, never used inside graphs
     bool graphs_on_ = true;
     bool graphs_supported_ = true;  // false once the backend returned no graph
     struct graph_entry {
         std::shared_ptr<void> graph;
         tensor result;  // what the graph writes: f32 logits rows or i32 argmax ids
     };
-    std::map<std::tuple<int64_t, int64_t, bool>, graph_entry> graphs_;
+    std::map<std::tuple<int64_t, int64_t, result_kind>, graph_entry> graphs_;
     int64_t replays_ = 0;
 };
 

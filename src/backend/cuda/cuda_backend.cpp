@@ -34,6 +34,7 @@ void register_kernels(kernel_registry& r) {
     register_quantize_nvfp4_act_sm120a(r);
     register_matmul(r);
     register_moe_kernels_cuda(r);
+    register_sampling_kernels_cuda(r);
 #ifdef TETRA_FAULT_INJECTION
     register_faulty_kernels(r);  // test-only wrong kernels, priority -100 (fault_injection_sm80.cu)
 #endif

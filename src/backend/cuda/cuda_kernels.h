@@ -65,6 +65,8 @@ void register_quantize_nvfp4_act_sm120a(kernel_registry& r);
 void register_matmul(kernel_registry& r);
 // The MoE op tables (backend/moe.h; moe_*_sm80.cu, registered in moe_matmul_nvfp4_w4a16_sm80.cu).
 void register_moe_kernels_cuda(kernel_registry& r);
+// The sampling op tables (backend/sampling.h; sample_rows_sm80.cu, sample_guard_stats_sm80.cu).
+void register_sampling_kernels_cuda(kernel_registry& r);
 
 }  // namespace cuda
 }  // namespace tetra
