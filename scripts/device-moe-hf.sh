@@ -7,7 +7,8 @@
 # (tools/compare_hf.py, plus its bf16-vs-f32 baseline) for the bf16 and the NVFP4 model; table last.
 # Env: OUT (logs, default ./device-out), BUILD (/tmp/tetra-build), WORK (/tmp/moe-hf: models, logits),
 # DEVICE (cuda), MODEL_ARGS (gen_moe_goldens.py --random-model sizes), N_TOK (512), MIN_AGREEMENT (0.99),
-# BUILD_TETRA=0 + TETRA=path (use a built tetra; the gpu test is then skipped), BUDGET (seconds, 530).
+# BUILD_TETRA=0 + TETRA=path (use a built tetra; the gpu test is then skipped), BUDGET (seconds, 530),
+# CPU_REF (1: also the CPU engine, f32 activations, on the same models: the control for the GPU's bf16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/device-out} build=${BUILD:-/tmp/tetra-build} work=${WORK:-/tmp/moe-hf} dev=${DEVICE:-cuda}
@@ -70,25 +71,35 @@ for m in bf16 nvfp4; do
     step "compare_hf $m" compare-$m.log python3 tools/compare_hf.py compare --model "$hf" --ids "$work/logits-$m.json" \
         --logits "$work/logits-$m.npy" --device $dev --min-agreement $min_agree --baseline-bf16 \
         --summary-json "$out/compare-$m.json" --label "$m"
+    if [ "${CPU_REF:-1}" = 1 ] && [ "$dev" != cpu ]; then  # control: the CPU engine (f32 activations), same model
+        step "tetra perplexity $m cpu" ppl-$m-cpu.log "$tetra" perplexity "$work/$m" --device cpu -f $text \
+            --max-model-len $n_tok --dump-logits "$work/logits-$m-cpu"
+        step "compare_hf $m cpu" compare-$m-cpu.log python3 tools/compare_hf.py compare --model "$hf" \
+            --ids "$work/logits-$m-cpu.json" --logits "$work/logits-$m-cpu.npy" --device $dev \
+            --min-agreement $min_agree --summary-json "$out/compare-$m-cpu.json" --label "$m (cpu f32)"
+    fi
 done
 
 echo "== $(head -1 "$out/machine.txt") | logs in $out"
 grep -hE "^random Qwen3Moe|^quantized|^tokens " "$out"/gen.log "$out"/ppl-*.log 2>/dev/null
 grep -E "^  cuda .*(prefill|step)\) vs transformers|PASSED|FAILED" "$out/gpu-test.log" 2>/dev/null | cut -c1-240
-grep -hE "^(top-1|max \||differing|perplexity|baseline)" "$out"/compare-*.log 2>/dev/null
+grep -E "^(top-1|max \||differing|perplexity|baseline|ours vs)" "$out"/compare-*.log 2>/dev/null
 printf '%s\n' "${rows[@]}"
-python3 - "$out" <<'EOF'
+python3 - "$out" "$dev" <<'EOF'
 import json, os, sys
-print(f"{'model':<8} {'positions':>9} {'top-1':>7} {'max |d|':>8} {'mean |d|':>9} {'NMSE':>9}   "
-      f"{'HF bf16 vs f32: top-1':>21} {'max |d|':>8} {'mean |d|':>9}  result")
+nan = {"agreement": float("nan"), "max_abs": float("nan"), "mean_abs": float("nan")}
+print(f"{'model':<6} {'engine':<8} {'positions':>9} {'top-1':>7} {'max |d|':>8} {'mean |d|':>8} {'NMSE':>9}  "
+      f"{'HF bf16 vs f32: top-1':>21} {'max |d|':>8} {'mean |d|':>8}  {'ours vs HF bf16':>15}  result")
 for m in ("bf16", "nvfp4"):
-    p = os.path.join(sys.argv[1], f"compare-{m}.json")
-    if not os.path.exists(p):
-        print(f"{m:<8} (no result)")
-        continue
-    s = json.load(open(p))
-    b = s.get("baseline_bf16", {})
-    print(f"{m:<8} {s['positions']:>9} {s['agreement']:>7.4f} {s['max_abs']:>8.4f} {s['mean_abs']:>9.4f} "
-          f"{s['nmse']:>9.2e}   {b.get('agreement', float('nan')):>21.4f} {b.get('max_abs', float('nan')):>8.4f} "
-          f"{b.get('mean_abs', float('nan')):>9.4f}  {'PASS' if s['pass'] else 'FAIL'}")
+    for sfx, eng in (("", sys.argv[2]), ("-cpu", "cpu f32")):
+        p = os.path.join(sys.argv[1], f"compare-{m}{sfx}.json")
+        if not os.path.exists(p):
+            if not sfx:
+                print(f"{m:<6} {eng:<8} (no result)")
+            continue
+        s = json.load(open(p))
+        b, o = s.get("baseline_bf16", nan), s.get("ours_vs_hf_bf16", nan)
+        print(f"{m:<6} {eng:<8} {s['positions']:>9} {s['agreement']:>7.4f} {s['max_abs']:>8.4f} {s['mean_abs']:>8.4f} "
+              f"{s['nmse']:>9.2e}  {b['agreement']:>21.4f} {b['max_abs']:>8.4f} {b['mean_abs']:>8.4f}  "
+              f"{o['agreement']:>15.4f}  {'PASS' if s['pass'] else 'FAIL'}")
 EOF

@@ -10,7 +10,8 @@ File format (written by the engine, read here): ids.json = {"token_ids": [int, .
 BOS added) and optionally "positions": [int, ...] naming which positions the .npy rows hold (default:
 all, 0..n-1). ours.npy = float32 [n_positions, n_vocab], row r = logits after token_ids[:positions[r]+1].
 transformers runs in float32; --baseline-bf16 also runs it in bfloat16 and prints how far that lands
-from its own float32 logits (the same metrics: what bf16 activations alone cost on these weights).
+from its own float32 logits (the same metrics: what bf16 activations alone cost on these weights), and
+how far ours land from that bf16 run.
 --summary-json writes the metrics (label, positions, agreement, max/mean |dlogit|, baseline) as JSON.
 Exit status 1 when top-1 agreement < --min-agreement (or max |Δlogit|
 > --max-abs-diff when given), 2 on bad input. Needs torch + transformers (present on the GPU machine).
@@ -125,10 +126,14 @@ def cmd_compare(args):
                **{k: m[k] for k in ("agreement", "max_abs", "mean_abs", "nmse")},
                "differ_hf_gaps": gaps}
     if args.baseline_bf16:
-        bm = metrics(hf_logits(args.model, ids, args.device, "bfloat16")[positions], ref)
+        hf16 = hf_logits(args.model, ids, args.device, "bfloat16")[positions]
+        bm, om = metrics(hf16, ref), metrics(ours, hf16)
         print(f"baseline, transformers in bf16 vs float32: top-1 agreement {bm['agreement']:.4f}  max |dlogit| "
               f"{bm['max_abs']:.4f}  mean |dlogit| {bm['mean_abs']:.4f}  NMSE {bm['nmse']:.3g}")
+        print(f"ours vs transformers in bf16: top-1 agreement {om['agreement']:.4f}  max |dlogit| {om['max_abs']:.4f}  "
+              f"mean |dlogit| {om['mean_abs']:.4f}  NMSE {om['nmse']:.3g}")
         summary["baseline_bf16"] = {k: bm[k] for k in ("agreement", "max_abs", "mean_abs", "nmse")}
+        summary["ours_vs_hf_bf16"] = {k: om[k] for k in ("agreement", "max_abs", "mean_abs", "nmse")}
     ok = m["agreement"] >= args.min_agreement and (args.max_abs_diff is None or m["max_abs"] <= args.max_abs_diff)
     summary["pass"] = bool(ok)
     if args.summary_json:

@@ -61,10 +61,12 @@ def is_moe_layer(cfg, il):
     return il not in cfg["mlp_only_layers"] and (il + 1) % cfg["decoder_sparse_step"] == 0
 
 
-def random_checkpoint(cfg, seed, device="cpu"):
+def random_checkpoint(cfg, seed, device="cpu", branch_scale=1.0):
     """Per-expert (Hub) state dict of f32 tensors with O(1) activations; routers scaled x3 so the top-k
     choices have clear margins (recorded as min_router_margin). device: where torch draws them (the seeded
-    stream differs between cpu and cuda; the tensors come back on the cpu)."""
+    stream differs between cpu and cuda; the tensors come back on the cpu). branch_scale multiplies the
+    projections that write into the residual stream (o_proj, every down_proj), as GPT-2's 1/sqrt(2 n_layer)
+    init does: < 1 keeps deep random stacks from amplifying small differences (1 = the goldens' recipe)."""
     g = torch.Generator(device=device).manual_seed(seed)
     h, ff, fe, fs = cfg["hidden_size"], cfg["intermediate_size"], cfg["moe_intermediate_size"], \
         cfg.get("shared_expert_intermediate_size", 0)
@@ -79,19 +81,20 @@ def random_checkpoint(cfg, seed, device="cpu"):
         sd[p + "post_attention_layernorm.weight"] = norm(h)
         sd[p + "self_attn.q_norm.weight"] = norm(cfg["head_dim"])
         sd[p + "self_attn.k_norm.weight"] = norm(cfg["head_dim"])
+        bs = lambda n: branch_scale if n in ("o_proj", "down_proj") else 1.0  # noqa: E731
         for n, o, i in (("q_proj", q, h), ("k_proj", kv, h), ("v_proj", kv, h), ("o_proj", h, q)):
-            sd[p + "self_attn." + n + ".weight"] = lin(o, i)
+            sd[p + "self_attn." + n + ".weight"] = lin(o, i, bs(n))
         if not is_moe_layer(cfg, il):
             for n, o, i in (("gate_proj", ff, h), ("up_proj", ff, h), ("down_proj", h, ff)):
-                sd[p + "mlp." + n + ".weight"] = lin(o, i)
+                sd[p + "mlp." + n + ".weight"] = lin(o, i, bs(n))
             continue
         sd[p + "mlp.gate.weight"] = lin(cfg["num_experts"], h, 3.0)
         for e in range(cfg["num_experts"]):
             for n, o, i in (("gate_proj", fe, h), ("up_proj", fe, h), ("down_proj", h, fe)):
-                sd[p + f"mlp.experts.{e}.{n}.weight"] = lin(o, i)
+                sd[p + f"mlp.experts.{e}.{n}.weight"] = lin(o, i, bs(n))
         if fs:
             for n, o, i in (("gate_proj", fs, h), ("up_proj", fs, h), ("down_proj", h, fs)):
-                sd[p + "mlp.shared_expert." + n + ".weight"] = lin(o, i)
+                sd[p + "mlp.shared_expert." + n + ".weight"] = lin(o, i, bs(n))
             sd[p + "mlp.shared_expert_gate.weight"] = lin(1, h, 2.0)
     sd["model.norm.weight"] = norm(h)
     if not cfg["tie_word_embeddings"]:
@@ -274,6 +277,7 @@ def random_model(argv):
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "tests/data/tokenizer/qwen3"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="torch device that draws the weights (cuda is faster)")
+    ap.add_argument("--branch-scale", type=float, default=1.0, help="o_proj/down_proj weight scale (random_checkpoint)")
     a = ap.parse_args(argv)
     n_tok = mrm.vocab_size(os.path.join(a.tokenizer, "tokenizer.json"))
     vocab = a.vocab or (n_tok + 127) // 128 * 128
@@ -289,11 +293,12 @@ def random_model(argv):
         f.write("\n")
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer, fn), os.path.join(a.out, fn))
-    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in random_checkpoint(cfg, a.seed, a.device).items()}
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in random_checkpoint(cfg, a.seed, a.device, a.branch_scale).items()}
     save_file(sd, os.path.join(a.out, "model.safetensors"), metadata={"format": "pt"})
     n = sum(v.numel() for v in sd.values())
     print(f"random Qwen3MoeForCausalLM -> {a.out}: {n / 1e6:.1f} M parameters, hidden {a.hidden}, {a.layers} layers, "
-          f"{a.experts} experts top-{a.top_k}, moe_intermediate {a.moe_ff}, vocab {vocab}, seed {a.seed}")
+          f"{a.experts} experts top-{a.top_k}, moe_intermediate {a.moe_ff}, vocab {vocab}, seed {a.seed}, "
+          f"branch scale {a.branch_scale}")
     return 0
 
 
