@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -218,24 +217,36 @@ void pack_sample_row(const sampling_params& p, const token_history& h, uint64_t 
     const bool rep = p.repetition_penalty != 1.0f;
     const bool freq_or_presence = !(p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
     if (!suppress && !rep && !freq_or_presence) return;
-    // One entry per id (apply_penalties visits an id once per rule; duplicates would apply twice).
-    std::map<int32_t, sample_entry> by_id;
-    auto at = [&](int32_t id) -> sample_entry& {
-        sample_entry& e = by_id[id];
-        e.id = id;
-        return e;
+    // One entry per id (apply_penalties visits an id once per rule; duplicates would apply twice):
+    // the pieces are listed, sorted by id and merged (contiguous: cheaper than a node map per step).
+    const size_t first = entries.size();
+    auto add = [&](int32_t id, int32_t prompt, int32_t output, int32_t sup) {
+        entries.push_back(sample_entry{id, prompt, output, sup});
     };
     if (suppress) {
-        for (int32_t id : p.eos_token_ids) at(id).suppress = 1;
-        for (int32_t id : p.stop_token_ids) at(id).suppress = 1;
+        for (int32_t id : p.eos_token_ids) add(id, 0, 0, 1);
+        for (int32_t id : p.stop_token_ids) add(id, 0, 0, 1);
     }
     if (rep)
         for (const auto& [id, c] : h.prompt_counts)
-            if (c > 0) at(id).prompt_count = c;
+            if (c > 0) add(id, c, 0, 0);
     if (rep || freq_or_presence)
         for (const auto& [id, c] : h.output_counts)
-            if (c > 0) at(id).output_count = c;
-    for (const auto& [id, e] : by_id) entries.push_back(e);
+            if (c > 0) add(id, 0, c, 0);
+    std::sort(entries.begin() + first, entries.end(),
+              [](const sample_entry& a, const sample_entry& b) { return a.id < b.id; });
+    size_t j = first;
+    for (size_t i = first; i < entries.size(); ++i) {
+        if (j > first && entries[j - 1].id == entries[i].id) {  // merge into the previous entry of this id
+            sample_entry& e = entries[j - 1];
+            e.prompt_count = std::max(e.prompt_count, entries[i].prompt_count);
+            e.output_count = std::max(e.output_count, entries[i].output_count);
+            e.suppress |= entries[i].suppress;
+        } else {
+            entries[j++] = entries[i];
+        }
+    }
+    entries.resize(j);
     row.n_entries = int32_t(entries.size()) - row.entry0;
 }
 
