@@ -241,6 +241,58 @@ void backend::kv_store(const tensor& k, const tensor& v, const tensor& k_cache, 
     run(*this, op, a, {&k, &v, &k_cache, &v_cache, &slot_mapping});
 }
 
+static qkv_rope_store_args qkv_rope_store_checked(const backend& b, const tensor& qkv, const tensor& q_norm,
+                                                  const tensor& k_norm, float eps, const tensor& positions,
+                                                  const tensor& inv_freq, const tensor& q_out, const tensor& k_cache,
+                                                  const tensor& v_cache, const tensor& slot_mapping) {
+    const char* op = "qkv_rope_store";
+    for (auto p : {std::make_pair(&qkv, "qkv"), {&positions, "positions"}, {&inv_freq, "inv_freq"}, {&q_out, "q_out"},
+                   {&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&slot_mapping, "slot_mapping"}})
+        check_on(b, *p.first, op, p.second);
+    check_rank(qkv, 3, op, "qkv"), check_act(qkv, op, "qkv"), check_rank(q_out, 3, op, "q_out");
+    check_dtype(q_out, qkv.type, op, "q_out"), check_rank(k_cache, 4, op, "k_cache"), check_act(k_cache, op, "k_cache");
+    check_dtype(v_cache, k_cache.type, op, "v_cache"), check_shape(v_cache, k_cache.shape, op, "v_cache");
+    const int64_t n = qkv.dim(0), hd = qkv.dim(2), nh = q_out.dim(1), nkv = k_cache.dim(2);
+    TETRA_CHECK(qkv.dim(1) == nh + 2 * nkv && q_out.dim(0) == n && q_out.dim(2) == hd && k_cache.dim(3) == hd,
+                "%s: qkv %s must be [n_tokens, n_head + 2·n_head_kv, head_dim] for q_out %s and k_cache %s", op,
+                qkv.shape_str().c_str(), q_out.shape_str().c_str(), k_cache.shape_str().c_str());
+    for (auto p : {std::make_pair(&q_norm, "q_norm"), {&k_norm, "k_norm"}})
+        if (!p.first->empty()) check_on(b, *p.first, op, p.second), check_act(*p.first, op, p.second),
+                check_shape(*p.first, {hd}, op, p.second);
+    check_shape(positions, {n}, op, "positions"), check_dtype(positions, dtype::I32, op, "positions");
+    check_rank(inv_freq, 1, op, "inv_freq"), check_dtype(inv_freq, dtype::F32, op, "inv_freq");
+    TETRA_CHECK(inv_freq.dim(0) >= 1 && 2 * inv_freq.dim(0) <= hd,
+                "%s: inv_freq has %lld entries; expected 1..head_dim/2 = %lld", op, (long long)inv_freq.dim(0),
+                (long long)(hd / 2));
+    check_shape(slot_mapping, {n}, op, "slot_mapping"), check_dtype(slot_mapping, dtype::I32, op, "slot_mapping");
+    qkv_rope_store_args a;
+    a.act = qkv.type, a.qkv = qkv, a.q_norm = q_norm, a.k_norm = k_norm, a.eps = eps, a.positions = positions;
+    a.inv_freq = inv_freq, a.q_out = q_out, a.k_cache = k_cache, a.v_cache = v_cache, a.slot_mapping = slot_mapping;
+    a.align = ptr_align({&qkv, &q_out, &k_cache, &v_cache});
+    return a;
+}
+
+void backend::qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tensor& k_norm, float eps,
+                             const tensor& positions, const tensor& inv_freq, const tensor& q_out,
+                             const tensor& k_cache, const tensor& v_cache, const tensor& slot_mapping) {
+    qkv_rope_store_args a = qkv_rope_store_checked(*this, qkv, q_norm, k_norm, eps, positions, inv_freq, q_out,
+                                                   k_cache, v_cache, slot_mapping);
+    run(*this, "qkv_rope_store", a, {&qkv, &q_out, &k_cache, &v_cache});
+}
+
+bool backend::has_qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tensor& k_norm,
+                                 const tensor& inv_freq, const tensor& q_out, const tensor& k_cache) const {
+    // Shapes/dtypes only: positions and slot mapping are per step; stand-ins of the right shape.
+    const int64_t n = qkv.dim(0);
+    tensor pos = tensor::view(dtype::I32, {n}, qkv.data), sm = pos;
+    pos.device = sm.device = qkv.device;
+    qkv_rope_store_args a = qkv_rope_store_checked(*this, qkv, q_norm, k_norm, 1e-6f, pos, inv_freq, q_out, k_cache,
+                                                   k_cache, sm);
+    for (const kernel_candidate& c : kernel_registry::instance().candidates("qkv_rope_store", device(), &a))
+        if (c.eligible) return true;
+    return false;
+}
+
 void backend::attention(const tensor& q, const tensor& k_cache, const tensor& v_cache, const attn_metadata& meta,
                         float scale, const tensor& out, int sliding_window) {
     const char* op = "attention";

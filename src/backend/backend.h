@@ -135,6 +135,18 @@ class backend {
     // n_head_kv, head_dim] f32|bf16; slot_mapping: i32 [n_tokens]
     void kv_store(const tensor& k, const tensor& v, const tensor& k_cache, const tensor& v_cache,
                   const tensor& slot_mapping);
+    // The attention input stage of a decoder layer in one op (fewer launches): from the fused
+    // projection qkv = [q heads | k heads | v heads] per token, per-head rms_norm of q and k (when
+    // q_norm / k_norm are given; empty tensors: none), rope on q and k, q → q_out, k and v → the
+    // caches at slot_mapping. Same result as get_rows + rms_norm + rope + kv_store. Not every
+    // backend has a kernel for every shape: ask has_qkv_rope_store() and fall back to those ops.
+    // qkv: [n_tokens, n_head + 2·n_head_kv, head_dim] act; q_norm, k_norm: [head_dim] or empty;
+    // q_out: [n_tokens, n_head, head_dim] act; positions, inv_freq, caches, slot_mapping as above.
+    void qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tensor& k_norm, float eps,
+                        const tensor& positions, const tensor& inv_freq, const tensor& q_out,
+                        const tensor& k_cache, const tensor& v_cache, const tensor& slot_mapping);
+    bool has_qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tensor& k_norm,
+                            const tensor& inv_freq, const tensor& q_out, const tensor& k_cache) const;
     // Paged causal attention over the batch (prefill chunks and decode together), GQA with
     // n_head % n_head_kv == 0 (query head h uses kv head h / (n_head / n_head_kv)).
     // q: [n_tokens, n_head, head_dim] act; caches as kv_store; out: [n_tokens, n_head·head_dim] act

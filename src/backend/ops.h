@@ -24,6 +24,14 @@ struct rope_args : op_args { tensor q, k, positions, inv_freq; };
 // n_head_kv, head_dim] f32|bf16; slot_mapping: i32 [n_tokens]
 struct kv_store_args : op_args { tensor k, v, k_cache, v_cache, slot_mapping; };
 
+// "qkv_rope_store". qkv: [n_tokens, n_head + 2·n_head_kv, head_dim] act; q_norm, k_norm: [head_dim]
+// or empty (no norm); positions: i32 [n_tokens]; inv_freq: f32 [n_rot/2]; q_out: [n_tokens, n_head,
+// head_dim] act; caches and slot_mapping as kv_store
+struct qkv_rope_store_args : op_args {
+    tensor qkv, q_norm, k_norm, positions, inv_freq, q_out, k_cache, v_cache, slot_mapping;
+    float eps = 1e-6f;
+};
+
 // "attention". q: [n_tokens, n_head, head_dim] act; out: [n_tokens, n_head·head_dim] act
 struct attention_args : op_args {
     tensor q, k_cache, v_cache, out;

@@ -15,6 +15,7 @@ const std::vector<env_var_info>& env_vars() {
         {"TETRA_LOG_LEVEL", "log verbosity: debug, info, warn, error (default info)"},
         {"TETRA_KERNEL", "force kernels: op:name[,op:name...] (unknown names are errors)"},
         {"TETRA_CACHE_DIR", "where prepared models are cached (default ~/.cache/tetra)"},
+        {"TETRA_PDL", "CUDA: 0 turns off programmatic dependent launch (sm_90+; default 1)"},
         {"TETRA_ATTN_SPLIT_KEYS", "CUDA decode attention: at least this many keys per split (default 16)"},
     };
     return k_vars;

@@ -111,6 +111,9 @@ struct op_case {
     std::vector<int64_t> probe_m;
     std::string size_str(int size) const { return size_strs.empty() ? what : size_strs[size_t(size)]; }
     std::vector<std::string> size_strs;
+    // A fused op the forward uses only when a kernel is eligible (else it runs the unfused ops,
+    // which have their own cases): no eligible kernel is not a failure.
+    bool optional = false;
 };
 
 struct case_builder {
@@ -226,6 +229,42 @@ struct case_builder {
             launch(g);
             std::vector<float> r;
             append_f32(be, g.q, r), append_f32(be, g.k, r);
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    // The fused attention input stage (model/layers.cpp uses it when a kernel is eligible): 3 tokens
+    // of fused q|k|v rows, the model's q/k norm weights, positions {0, 7, last}, slots {17, 3, -1}.
+    void qkv_rope_store_case() {
+        const int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim, H = nh + 2 * nkv;
+        const int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
+        const tensor inv = rope_inv_freq(rope(), hd);
+        const dtype a = act;
+        const float eps = c.rms_norm_eps;
+        tensor qn, kn;
+        if (c.qk_norm) qn = w.get("model.layers.0.self_attn.q_norm.weight"), kn = w.get("model.layers.0.self_attn.k_norm.weight");
+        op_case k;
+        k.op = "qkv_rope_store";
+        k.optional = true;
+        k.label = strfmt("qkv_rope_store %lld+2x%lld heads x%lld", (long long)nh, (long long)nkv, (long long)hd);
+        k.what = strfmt("qkv_rope_store qkv[3, %lld, %lld] %s%s, positions {0, 7, %d}, slots {17, 3, -1}", (long long)H,
+                        (long long)hd, dtype_name(a), c.qk_norm ? " with q/k norm" : "", last);
+        k.tol = tolerance("qkv_rope_store", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            qkv_rope_store_args g;
+            g.act = a, g.eps = eps, g.qkv = be.upload(host_random(a, {3, H, hd}, 41));
+            if (!qn.empty()) g.q_norm = be.upload(qn), g.k_norm = be.upload(kn);
+            g.positions = be.upload(host_i32({0, 7, last}, {3}));
+            g.inv_freq = be.upload(inv);
+            g.q_out = be.upload(host_random(a, {3, nh, hd}, 42));
+            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43));
+            g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
+            g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
+            g.align = ptr_align({&g.qkv, &g.q_out, &g.k_cache, &g.v_cache});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.q_out, r), append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
             return r;
         };
         cases.push_back(k);
@@ -622,6 +661,7 @@ std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype 
     b.matmul_cases();
     b.rope_case();
     b.kv_cases();
+    b.qkv_rope_store_case();
     b.elementwise_cases();
     b.moe_cases();
     return std::move(b.cases);
@@ -671,7 +711,14 @@ struct tester {
         std::vector<std::pair<std::string, const kernel_entry*>> out;
         const device_info& dev = be.device();
         if (!k.probe) {
-            k.run(be, 0, [&](op_args& a) { out.push_back({"", &reg.select(k.op, dev, a)}); });
+            k.run(be, 0, [&](op_args& a) {
+                if (k.optional) {  // no eligible kernel: the forward runs the unfused ops
+                    bool any = false;
+                    for (const kernel_candidate& c : reg.candidates(k.op, dev, &a)) any |= c.eligible;
+                    if (!any) return;
+                }
+                out.push_back({"", &reg.select(k.op, dev, a)});
+            });
             return out;
         }
         for (int64_t m : k.probe_m)
@@ -796,6 +843,11 @@ struct tester {
         selftest_choice ch;
         ch.what = k.label, ch.classes = k.classes, ch.op = k.op;
         std::vector<std::pair<std::string, const kernel_entry*>> sel = selected(k);
+        if (sel.empty()) {  // an optional fused op with no eligible kernel
+            ch.kernel = "none";
+            ch.reason = "no eligible kernel: the forward runs the unfused ops";
+            return ch;
+        }
         std::vector<std::string> names;
         for (size_t i = 0; i < sel.size();) {  // runs of the same kernel over the probed M values
             size_t j = i;

@@ -152,22 +152,32 @@ class dense_decoder final : public causal_lm {
             if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
             else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
             tap("attn_norm", il, h);
-            if (L.fused_qkv) {
-                qkv_proj(L, h, n, q, k, v);
+            if (L.fused_qkv && fused_stage(L, kv.k[size_t(il)])) {
+                // One matmul and one op: q/k norm, rope, q out, k/v into the cache.
+                tensor qkv = tensor_reshape(tensor_rows(qkv_, 0, n), {n, c.n_head + 2 * c.n_head_kv, c.head_dim});
+                be_.matmul(h, L.qkv, tensor_reshape(qkv, {n, (c.n_head + 2 * c.n_head_kv) * c.head_dim}), mode_);
+                be_.qkv_rope_store(qkv, c.qk_norm ? L.q_norm : tensor{}, c.qk_norm ? L.k_norm : tensor{}, c.rms_norm_eps,
+                                   b.meta.positions, inv_freq_, q, kv.k[size_t(il)], kv.v[size_t(il)],
+                                   b.meta.slot_mapping);
+                tap("q", il, q);
             } else {
-                be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
-                be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
-                be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+                if (L.fused_qkv) {
+                    qkv_proj(L, h, n, q, k, v);
+                } else {
+                    be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
+                    be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
+                    be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+                }
+                if (c.qk_norm) {
+                    tensor qr = tensor_reshape(q, {n * c.n_head, c.head_dim});
+                    tensor kr = tensor_reshape(k, {n * c.n_head_kv, c.head_dim});
+                    be_.rms_norm(qr, L.q_norm, c.rms_norm_eps, qr);
+                    be_.rms_norm(kr, L.k_norm, c.rms_norm_eps, kr);
+                }
+                be_.rope(q, k, b.meta.positions, inv_freq_);
+                tap("q", il, q);
+                be_.kv_store(k, v, kv.k[size_t(il)], kv.v[size_t(il)], b.meta.slot_mapping);
             }
-            if (c.qk_norm) {
-                tensor qr = tensor_reshape(q, {n * c.n_head, c.head_dim});
-                tensor kr = tensor_reshape(k, {n * c.n_head_kv, c.head_dim});
-                be_.rms_norm(qr, L.q_norm, c.rms_norm_eps, qr);
-                be_.rms_norm(kr, L.k_norm, c.rms_norm_eps, kr);
-            }
-            be_.rope(q, k, b.meta.positions, inv_freq_);
-            tap("q", il, q);
-            be_.kv_store(k, v, kv.k[size_t(il)], kv.v[size_t(il)], b.meta.slot_mapping);
             be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
             tap("attn_out", il, attn);
             be_.matmul(attn, L.o, proj, mode_);
@@ -198,6 +208,18 @@ class dense_decoder final : public causal_lm {
     }
 
   private:
+    // Whether the backend has a fused qkv_rope_store kernel for this model's shapes (asked once;
+    // dtypes, head_dim and alignment do not change between steps). CPU: the composition kernel, so
+    // the result is the unfused path's bit for bit.
+    bool fused_stage(const decoder_layer_weights& L, const tensor& k_cache) {
+        if (fused_stage_ < 0) {
+            const model_config& c = cfg_;
+            tensor qkv = tensor_reshape(qkv_, {qkv_.dim(0), c.n_head + 2 * c.n_head_kv, c.head_dim});
+            fused_stage_ = be_.has_qkv_rope_store(qkv, c.qk_norm ? L.q_norm : tensor{}, c.qk_norm ? L.k_norm : tensor{},
+                                                  inv_freq_, q_, k_cache);
+        }
+        return fused_stage_ == 1;
+    }
     // One matmul into [n, q | k | v]. One row (batch-1 decode): q, k, v become views of it (no
     // copy). More rows: the parts are gathered by head rows into the q/k/v buffers (get_rows).
     void qkv_proj(const decoder_layer_weights& L, const tensor& h, int64_t n, tensor& q, tensor& k, tensor& v) {
@@ -237,6 +259,7 @@ class dense_decoder final : public causal_lm {
     }
     decoder_weights w_;
     matmul_mode mode_;
+    int fused_stage_ = -1;  // fused_stage(): -1 not asked yet
     tensor residual_, h_, q_, k_, v_, attn_, proj_, gate_, up_, last_, logits_, logits_view_, inv_freq_;
     tensor qkv_, gu_, q_ids_, k_ids_, v_ids_, gate_ids_, up_ids_;  // fused projections (see qkv_proj)
     std::unique_ptr<moe_ffn> moe_;  // buffers of the MoE layers (models with n_expert > 0)

@@ -21,6 +21,7 @@ void register_kernels(kernel_registry& r) {
     register_add_rms_norm(r);
     register_rope(r);
     register_kv_store(r);
+    register_qkv_rope_store(r);
     register_attention(r);
     register_matmul_dense(r);
     register_matmul_nvfp4_w4a16(r);

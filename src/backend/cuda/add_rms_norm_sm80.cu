@@ -31,8 +31,8 @@ static void add_rms_norm_launch(backend& be, const add_rms_norm_args& a) {
     int threads = n >= 4096 ? 1024 : n >= 1024 ? 256 : n >= 256 ? 128 : 32;
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (launch_norm_vec<T, true>(a.residual.ptr<T>(), a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n_rows,
-                                     n, a.eps, stream_of(be)))
+        if (launch_norm_vec<T, true>(be, a.residual.ptr<T>(), a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(),
+                                     n_rows, n, a.eps))
             return;
         add_rms_norm_kernel<T><<<unsigned(n_rows), threads, 0, stream_of(be)>>>(
             a.residual.ptr<T>(), a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n, a.eps);

@@ -47,6 +47,8 @@ __global__ void argmax_kernel(const T* x, int32_t* out, int64_t n) {
 // Phase 1 of the long-row path: the best (value, index) of x[row, c·chunk .. +chunk) → part[row, c].
 template <class T>
 __global__ void argmax_chunk_kernel(const T* x, float2* part, int64_t n, int64_t chunk) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t row = blockIdx.y, c = blockIdx.x, lo = c * chunk, hi = min(n, lo + chunk);
     const T* xr = x + row * n;
     float bv = -INFINITY;
@@ -76,6 +78,8 @@ __global__ void argmax_chunk_kernel(const T* x, float2* part, int64_t n, int64_t
 
 // Phase 2: one warp per row merges its chunks' winners (each lane a strided set, then xor shuffles).
 __global__ void argmax_merge_kernel(const float2* part, int n_chunks, int32_t* out) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t row = blockIdx.x;
     const int64_t none = INT64_MAX;
     float bv = -INFINITY;
@@ -104,11 +108,10 @@ static void argmax_launch(backend& be, const argmax_args& a) {
         if (n >= 4 * chunk && n_rows <= 65535) {
             const int64_t n_chunks = (n + chunk - 1) / chunk;
             float2* part = static_cast<float2*>(scratch(be, size_t(n_rows * n_chunks) * sizeof(float2)));
-            argmax_chunk_kernel<T><<<dim3(unsigned(n_chunks), unsigned(n_rows)), 256, 0, stream_of(be)>>>(
-                a.x.ptr<const T>(), part, n, chunk);
-            CUDA_CHECK(cudaGetLastError());
-            argmax_merge_kernel<<<unsigned(n_rows), 32, 0, stream_of(be)>>>(part, int(n_chunks), a.out.ptr<int32_t>());
-            CUDA_CHECK(cudaGetLastError());
+            launch_pdl(be, argmax_chunk_kernel<T>, dim3(unsigned(n_chunks), unsigned(n_rows)), dim3(256), 0,
+                       a.x.ptr<const T>(), part, n, chunk);
+            launch_pdl(be, argmax_merge_kernel, dim3(unsigned(n_rows)), dim3(32), 0, static_cast<const float2*>(part),
+                       int(n_chunks), a.out.ptr<int32_t>());
             return;
         }
         argmax_kernel<T><<<unsigned(n_rows), n >= 8192 ? 1024 : 256, 0, stream_of(be)>>>(a.x.ptr<const T>(),

@@ -125,6 +125,8 @@ __device__ __forceinline__ void dv2_update(const dv2_params& p, const float (&q)
 // grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads
 template <class T, int HG>
 __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
+    pdl_wait();
+    pdl_trigger();
     constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
     const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
     const int s = blockIdx.z, t = p.cu_seqlens_q[s];
@@ -224,6 +226,8 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     __shared__ int s_use[128];    // split i holds keys for the row and its lse is finite
     __shared__ float s_red[32];
     __shared__ int s_nan;
+    pdl_wait();
+    pdl_trigger();
     const int64_t row = blockIdx.x;
     const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
     const float* lse = p.part_lse + row * p.n_splits;
@@ -299,12 +303,10 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
     }
     size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
-    attention_decode_v2_kernel<T, HG><<<grid, k_dv2_threads, smem, stream_of(be)>>>(p);
-    CUDA_CHECK(cudaGetLastError());
+    launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
     if (p.n_splits > 1) {
         int threads = (p.head_dim + 31) / 32 * 32;
-        attention_decode_v2_merge_kernel<T><<<unsigned(rows), threads, 0, stream_of(be)>>>(p);
-        CUDA_CHECK(cudaGetLastError());
+        launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(rows)), dim3(threads), 0, p);
     }
 }
 

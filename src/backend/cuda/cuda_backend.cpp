@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/env.h"
 #include "backend/cuda/fault_injection.h"
 #include "backend/cuda/matmul_launch.h"
 #include "core/dtype.h"
@@ -23,6 +24,7 @@ void register_kernels(kernel_registry& r) {
     register_add_rms_norm(r);
     register_rope(r);
     register_kv_store(r);
+    register_qkv_rope_store(r);
     register_attention_prefill(r);
     register_attention_decode(r);
     register_attention_decode_v2(r);
@@ -260,6 +262,10 @@ cuda_backend& as_cuda(backend& b) {
 
 cudaStream_t stream_of(backend& b) { return as_cuda(b).stream(); }
 void* scratch(backend& b, size_t bytes) { return as_cuda(b).scratch(bytes); }
+bool pdl_enabled(backend& b) {
+    static const bool on = env_int("TETRA_PDL", 1) != 0;
+    return on && b.device().cc >= 90;
+}
 
 }  // namespace cuda
 

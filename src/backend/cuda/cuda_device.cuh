@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -76,6 +77,37 @@ template <class F> void dispatch_act(dtype t, F&& f) {
         case dtype::F16: f(type_tag<__half>{}); break;
         default: TETRA_FAIL("cuda: activation dtype %s is not f32|bf16|f16", dtype_name(t));
     }
+}
+
+// ---- programmatic dependent launch (sm_90+) ------------------------------------------------------
+// A kernel launched with launch_pdl() may start while the previous kernel on the stream is still
+// finishing (its launch and prologue overlap that kernel's tail; in CUDA graphs too). Every such
+// kernel must call pdl_wait() before its first global memory access (read or write): it returns
+// once the previous grid has completed and its writes are visible. pdl_trigger() lets the next
+// PDL kernel start launching (call it right after pdl_wait(): the next kernel waits in turn). Both
+// are no-ops below sm_90 and when the kernel was launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream_of(be)>>>(args...) with programmatic stream serialization when
+// pdl_enabled(be); the kernel must follow the pdl_wait() rule above.
+template <class... KArgs, class... Args>
+void launch_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream_of(be);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = pdl_enabled(be) ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 16) {

@@ -30,6 +30,9 @@ cudaStream_t stream_of(backend& b);
 // Device scratch of at least `bytes`, valid until the next call on this backend (grow-only; a
 // growth synchronizes the device, so size it once at warm-up before capturing CUDA graphs).
 void* scratch(backend& b, size_t bytes);
+// Whether launch_pdl() (cuda_device.cuh) launches with programmatic dependent launch on this
+// backend: compute capability ≥ 9.0 and TETRA_PDL is not 0.
+bool pdl_enabled(backend& b);
 
 // Requirements of a kernel that runs on devices ≥ min_cc for the given activation dtypes and needs
 // the loaded image to provide `features` (arch.h bits; e.g. FEAT_CVT_E2M1 for a hardware-e2m1
@@ -52,6 +55,7 @@ void register_rms_norm(kernel_registry& r);
 void register_add_rms_norm(kernel_registry& r);
 void register_rope(kernel_registry& r);
 void register_kv_store(kernel_registry& r);
+void register_qkv_rope_store(kernel_registry& r);  // qkv_rope_store_sm80.cu
 void register_attention_prefill(kernel_registry& r);
 void register_attention_decode(kernel_registry& r);
 void register_attention_decode_v2(kernel_registry& r);

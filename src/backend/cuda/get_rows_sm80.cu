@@ -21,6 +21,8 @@ __global__ void get_rows_kernel(const void* src, dtype st, const int32_t* ids, v
 // [0, n_rows) yields NaN rows, as above (f32 0x7fc00000; 16-bit 0x7fff, what cvt.rn writes for NaN).
 __global__ void get_rows_vec_kernel(const uint4* src, const int32_t* ids, uint4* out, int64_t n_rows, int64_t vecs,
                                     uint4 nan4) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = blockIdx.x, j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
     if (j >= vecs) return;
     const int64_t id = ids[i];
@@ -40,10 +42,9 @@ static void get_rows_launch(backend& be, const get_rows_args& a) {
         const uint32_t w = a.src.type == dtype::F32 ? 0x7fc00000u : 0x7fff7fffu;  // the cvt instructions' canonical NaN
         const int64_t blocks = (vecs + threads - 1) / threads;
         if (blocks <= 65535) {
-            get_rows_vec_kernel<<<dim3(unsigned(m), unsigned(blocks)), threads, 0, stream_of(be)>>>(
-                static_cast<const uint4*>(a.src.data), a.ids.ptr<const int32_t>(), static_cast<uint4*>(a.out.data),
-                a.src.dim(0), vecs, make_uint4(w, w, w, w));
-            CUDA_CHECK(cudaGetLastError());
+            launch_pdl(be, get_rows_vec_kernel, dim3(unsigned(m), unsigned(blocks)), dim3(threads), 0,
+                       static_cast<const uint4*>(a.src.data), a.ids.ptr<const int32_t>(), static_cast<uint4*>(a.out.data),
+                       a.src.dim(0), vecs, make_uint4(w, w, w, w));
             return;
         }
     }

@@ -21,6 +21,8 @@ template <class T>
 __global__ void __launch_bounds__(THREADS) moe_combine_kernel(const T* y, const int32_t* dest, const float* w, T* out,
                                                               const T* shared, const T* gate, int n, int k) {
     extern __shared__ int32_t s_dest[];
+    pdl_wait();
+    pdl_trigger();
     float* s_w = reinterpret_cast<float*>(s_dest + k);
     const int64_t t = blockIdx.x;
     for (int s = threadIdx.x; s < k; s += THREADS) s_dest[s] = dest[t * k + s], s_w[s] = w[t * k + s];
@@ -45,10 +47,9 @@ static void moe_combine_launch(backend& be, const moe_combine_args& a) {
         const T* shared = a.shared.empty() ? nullptr : a.shared.ptr<const T>();
         const T* gate = a.shared_gate.empty() ? nullptr : a.shared_gate.ptr<const T>();
         dim3 grid(unsigned(a.n_tokens), unsigned((a.n + THREADS - 1) / THREADS));
-        moe_combine_kernel<T><<<grid, THREADS, size_t(a.k) * 8, stream_of(be)>>>(
-            a.y.ptr<const T>(), a.dest_rows.ptr<const int32_t>(), a.topk_weights.ptr<const float>(), a.out.ptr<T>(),
-            shared, gate, int(a.n), int(a.k));
-        CUDA_CHECK(cudaGetLastError());
+        launch_pdl(be, moe_combine_kernel<T>, grid, dim3(THREADS), size_t(a.k) * 8, a.y.ptr<const T>(),
+                   a.dest_rows.ptr<const int32_t>(), a.topk_weights.ptr<const float>(), a.out.ptr<T>(), shared, gate,
+                   int(a.n), int(a.k));
     });
 }
 

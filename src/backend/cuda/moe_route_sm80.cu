@@ -29,6 +29,8 @@ template <class T>
 __global__ void __launch_bounds__(WARPS * 32) moe_route_kernel(const T* logits, int32_t* ids, float* w, int n_tokens,
                                                                int ne, int k, bool renorm) {
     extern __shared__ float smem[];
+    pdl_wait();
+    pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = blockIdx.x * WARPS + warp;
     if (t >= n_tokens) return;
@@ -83,10 +85,9 @@ static void moe_route_launch(backend& be, const moe_route_args& a) {
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
         size_t smem = size_t(WARPS) * size_t(a.n_expert) * sizeof(float);
-        moe_route_kernel<T><<<unsigned((a.n_tokens + WARPS - 1) / WARPS), WARPS * 32, smem, stream_of(be)>>>(
-            a.logits.ptr<const T>(), a.topk_ids.ptr<int32_t>(), a.topk_weights.ptr<float>(), int(a.n_tokens),
-            int(a.n_expert), int(a.k), a.norm_topk_prob);
-        CUDA_CHECK(cudaGetLastError());
+        launch_pdl(be, moe_route_kernel<T>, dim3(unsigned((a.n_tokens + WARPS - 1) / WARPS)), dim3(WARPS * 32), smem,
+                   a.logits.ptr<const T>(), a.topk_ids.ptr<int32_t>(), a.topk_weights.ptr<float>(), int(a.n_tokens),
+                   int(a.n_expert), int(a.k), a.norm_topk_prob);
     });
 }
 

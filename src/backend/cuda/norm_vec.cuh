@@ -31,6 +31,8 @@ template <class T> __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 template <class T, bool ADD>
 __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* out, int64_t n_rows, int n, float eps,
                                 int gp) {
+    pdl_wait();
+    pdl_trigger();
     const int vecs = n / 8;
     const int64_t row = gp ? int64_t(blockIdx.x) * (blockDim.x / gp) + threadIdx.x / gp : int64_t(blockIdx.x);
     const int j = gp ? int(threadIdx.x) % gp : int(threadIdx.x);
@@ -70,8 +72,8 @@ __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* 
 // Launches norm_vec_kernel when the shape fits (16-bit T, n % 8 == 0, n ≤ 8192, 16-B aligned rows);
 // false: the caller runs its scalar kernel.
 template <class T, bool ADD>
-bool launch_norm_vec(T* res, const T* x, const void* w, dtype wt, T* out, int64_t n_rows, int64_t n, float eps,
-                     cudaStream_t s) {
+bool launch_norm_vec(backend& be, T* res, const T* x, const void* w, dtype wt, T* out, int64_t n_rows, int64_t n,
+                     float eps) {
     if constexpr (sizeof(T) != 2) {
         return false;
     } else {
@@ -83,13 +85,12 @@ bool launch_norm_vec(T* res, const T* x, const void* w, dtype wt, T* out, int64_
         int gp = 1;
         while (gp < vecs) gp *= 2;
         const int threads = 256, rows_per_block = threads / gp;
-        norm_vec_kernel<T, ADD><<<unsigned((n_rows + rows_per_block - 1) / rows_per_block), threads, 0, s>>>(
-            res, x, w, wt, out, n_rows, int(n), eps, gp);
+        launch_pdl(be, norm_vec_kernel<T, ADD>, dim3(unsigned((n_rows + rows_per_block - 1) / rows_per_block)),
+                   dim3(threads), 0, res, x, w, wt, out, n_rows, int(n), eps, gp);
     } else {
-        norm_vec_kernel<T, ADD><<<unsigned(n_rows), (vecs + 31) / 32 * 32, 0, s>>>(res, x, w, wt, out, n_rows, int(n),
-                                                                                  eps, 0);
+        launch_pdl(be, norm_vec_kernel<T, ADD>, dim3(unsigned(n_rows)), dim3((vecs + 31) / 32 * 32), 0, res, x, w, wt,
+                   out, n_rows, int(n), eps, 0);
     }
-    CUDA_CHECK(cudaGetLastError());
     return true;
     }
 }

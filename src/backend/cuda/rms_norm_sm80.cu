@@ -31,8 +31,8 @@ static void rms_norm_launch(backend& be, const rms_norm_args& a) {
     TETRA_CHECK(n_rows <= 0x7fffffff, "rms_norm_sm80: %lld rows exceed the grid limit", (long long)n_rows);
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (launch_norm_vec<T, false>(nullptr, a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n_rows, n, a.eps,
-                                      stream_of(be)))
+        if (launch_norm_vec<T, false>(be, nullptr, a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n_rows, n,
+                                      a.eps))
             return;
         rms_norm_kernel<T><<<unsigned(n_rows), row_threads(n), 0, stream_of(be)>>>(
             a.x.ptr<const T>(), a.w.data, a.w.type, a.out.ptr<T>(), n, a.eps);

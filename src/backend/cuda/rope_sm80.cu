@@ -27,9 +27,9 @@ __global__ void rope_kernel(T* q, T* k, const int32_t* positions, const float* i
     if (int(threadIdx.x) >= hpb * half || hd >= n_head + n_head_kv) return;
     T* base = hd < n_head ? q + (t * n_head + hd) * head_dim : k + (t * n_head_kv + (hd - n_head)) * head_dim;
     float x1 = to_f32(base[i]), x2 = to_f32(base[i + half]), c = cs[i], s = cs[half + i];
-    float a = x1 * c, b = x2 * s, d = x2 * c, f = x1 * s;
-    base[i] = from_f32<T>(a - b);
-    base[i + half] = from_f32<T>(d + f);
+    // No contraction (as the oracle's separate products and sums; qkv_rope_store_sm80 matches it).
+    base[i] = from_f32<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    base[i + half] = from_f32<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
 static void rope_launch(backend& be, const rope_args& a) {

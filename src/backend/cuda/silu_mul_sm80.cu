@@ -8,6 +8,8 @@ namespace cuda {
 // gate, up, out: [numel] T
 template <class T>
 __global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float g = to_f32(gate[i]);
         out[i] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up[i]));
@@ -19,9 +21,8 @@ static void silu_mul_launch(backend& be, const silu_mul_args& a) {
     if (n == 0) return;
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        silu_mul_kernel<T><<<grid_1d(n, 256), 256, 0, stream_of(be)>>>(a.gate.ptr<const T>(), a.up.ptr<const T>(),
-                                                                        a.out.ptr<T>(), n);
-        CUDA_CHECK(cudaGetLastError());
+        launch_pdl(be, silu_mul_kernel<T>, dim3(grid_1d(n, 256)), dim3(256), 0, a.gate.ptr<const T>(),
+                   a.up.ptr<const T>(), a.out.ptr<T>(), n);
     });
 }
 

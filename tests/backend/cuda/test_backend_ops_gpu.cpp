@@ -209,6 +209,73 @@ TEST(backend_ops_gpu, kv_store) {
     expect_gpu_ran("kv_store", st.ran, 20);
 }
 
+// The fused attention input stage against the CPU op (the composition: get_rows, rms_norm, rope,
+// kv_store) with the order tolerance, and bit for bit against the same unfused ops on the GPU.
+TEST(backend_ops_gpu, qkv_rope_store) {
+    op_stats st;
+    rng r(41);
+    struct heads { int64_t nh, nkv, hd; } hs[] = {{4, 2, 64}, {32, 8, 128}, {16, 4, 128}, {2, 1, 16}, {8, 8, 256}, {3, 1, 40}};
+    for (dtype t : {dtype::F32, dtype::BF16, dtype::F16})
+        for (auto h : hs)
+            for (int64_t n : {1, 7, 33})
+                for (bool norm : {false, true}) {
+                    std::string vars = std::string("act=") + dn(t) + " nh=" + std::to_string(h.nh) + " nkv=" +
+                                       std::to_string(h.nkv) + " hd=" + std::to_string(h.hd) + " n=" + std::to_string(n) +
+                                       " norm=" + std::to_string(norm);
+                    const int64_t H = h.nh + 2 * h.nkv, bs = 16, n_blocks = (n + 8) / bs + 3;
+                    rope_params rp;
+                    rp.theta = 1000000.0f, rp.n_rot = int(h.hd);
+                    tensor inv = rope_inv_freq(rp, h.hd);
+                    tensor qkv = random_tensor(r, t, {n, H, h.hd}, 2.0);
+                    tensor qn = norm ? random_tensor(r, t, {h.hd}) : tensor{}, kn = norm ? random_tensor(r, t, {h.hd}) : tensor{};
+                    std::vector<int32_t> pos, slots(size_t(n_blocks * bs));
+                    for (int64_t i = 0; i < n; ++i) pos.push_back(int32_t(r.randint(0, 131071)));
+                    std::iota(slots.begin(), slots.end(), 0);
+                    std::shuffle(slots.begin(), slots.end(), r.g);
+                    slots.resize(size_t(n));
+                    if (n > 2) slots[1] = -1;  // padding token: q written, nothing stored
+                    tensor pt = i32_tensor(pos), sm = i32_tensor(slots);
+                    std::vector<int64_t> cshape{n_blocks, bs, h.nkv, h.hd};
+                    tensor kc0 = random_tensor(r, t, cshape), vc0 = random_tensor(r, t, cshape);
+                    tensor q_ref = tensor::alloc(t, {n, h.nh, h.hd}), kcr = tensor::alloc(t, cshape), vcr = tensor::alloc(t, cshape);
+                    std::memcpy(kcr.data, kc0.data, kc0.nbytes()), std::memcpy(vcr.data, vc0.data, vc0.nbytes());
+                    cpu_be().qkv_rope_store(qkv, qn, kn, 1e-6f, pt, inv, q_ref, kcr, vcr, sm);
+                    // The unfused inputs: q, k, v split out of qkv on the host.
+                    const size_t es = dtype_size(t);
+                    tensor q = tensor::alloc(t, {n, h.nh, h.hd}), k = tensor::alloc(t, {n, h.nkv, h.hd}), v = tensor::alloc(t, k.shape);
+                    for (int64_t i = 0; i < n; ++i) {
+                        const char* row = static_cast<const char*>(qkv.data) + size_t(i * H * h.hd) * es;
+                        std::memcpy(static_cast<char*>(q.data) + size_t(i * h.nh * h.hd) * es, row, size_t(h.nh * h.hd) * es);
+                        std::memcpy(static_cast<char*>(k.data) + size_t(i * h.nkv * h.hd) * es, row + size_t(h.nh * h.hd) * es,
+                                    size_t(h.nkv * h.hd) * es);
+                        std::memcpy(static_cast<char*>(v.data) + size_t(i * h.nkv * h.hd) * es,
+                                    row + size_t((h.nh + h.nkv) * h.hd) * es, size_t(h.nkv * h.hd) * es);
+                    }
+                    tensor dqkv = to_gpu(qkv), dpos = to_gpu(pt), dinv = to_gpu(inv), dsm = to_gpu(sm);
+                    tensor dqn = norm ? to_gpu(qn) : tensor{}, dkn = norm ? to_gpu(kn) : tensor{};
+                    for_each_gpu_kernel("qkv_rope_store", t, st.ran, st.declined, [&](const kernel_entry& kk) {
+                        gpu_guarded out = make_gpu_guarded(t, {n, h.nh, h.hd});
+                        tensor dkc = to_gpu(kc0), dvc = to_gpu(vc0);
+                        gpu_be().qkv_rope_store(dqkv, dqn, dkn, 1e-6f, dpos, dinv, out.view, dkc, dvc, dsm);
+                        EXPECT_EQ(check_out(out, q_ref, order_tol(t)), "") << kk.name << " q " << vars;
+                        EXPECT_EQ(compare(to_double(to_host(dkc)), to_double(kcr), order_tol(t)), "") << kk.name << " k " << vars;
+                        EXPECT_EQ(compare(to_double(to_host(dvc)), to_double(vcr), 0), "") << kk.name << " v " << vars;
+                        // The unfused CUDA ops on the same inputs: identical bits.
+                        tensor uq = to_gpu(q), uk = to_gpu(k), uv = to_gpu(v), ukc = to_gpu(kc0), uvc = to_gpu(vc0);
+                        if (norm) {
+                            tensor qr = tensor_reshape(uq, {n * h.nh, h.hd}), kr = tensor_reshape(uk, {n * h.nkv, h.hd});
+                            gpu_be().rms_norm(qr, dqn, 1e-6f, qr);
+                            gpu_be().rms_norm(kr, dkn, 1e-6f, kr);
+                        }
+                        gpu_be().rope(uq, uk, dpos, dinv);
+                        gpu_be().kv_store(uk, uv, ukc, uvc, dsm);
+                        EXPECT_EQ(compare(to_double(to_host(out.view)), to_double(to_host(uq)), 0), "") << kk.name << " q vs unfused " << vars;
+                        EXPECT_EQ(compare(to_double(to_host(dkc)), to_double(to_host(ukc)), 0), "") << kk.name << " k vs unfused " << vars;
+                    });
+                }
+    expect_gpu_ran("qkv_rope_store", st.ran, 40);
+}
+
 TEST(backend_ops_gpu, elementwise) {
     op_stats sa, ss, sc;
     rng r(5);
