@@ -20,7 +20,7 @@ for r in rows[1:]:
     try: x = float(r[v].replace(",", ""))
     except ValueError: continue
     x *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(r[u], 1)
-    name = r[k].split("(")[0].split("<")[0].replace("void ", "")
+    name = r[k].replace("(anonymous namespace)::", "").split("(")[0].replace("void ", "")
     tot[name] += x; cnt[name] += 1
 s = sum(tot.values())
 print(f"{sum(cnt.values())} kernels, {s:.0f} us total")

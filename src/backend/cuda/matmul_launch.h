@@ -78,6 +78,8 @@ struct w4a16_small_config {
     int ctas_per_sm = 0;   // version 2: 1 or 2, 0 = the plan's choice
     int min_len = 0;       // version 2: shortest run in (row block, group) units (0 = 1)
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
+    int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
+                           // before the previous kernel ends; the kernels wait before reading x)
 };
 
 // The version the default config runs for 1 ≤ m ≤ W4A16_RUN_M_MAX on an [n, k] weight (1 or 2).
@@ -91,7 +93,8 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
 // m ≤ W4A16_SM80_SMALL_M_MAX, else the dequant + cuBLASLt path. Deterministic (fixed-order
 // split-K reduction, no float atomics).
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
-                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s);
+                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
+                                    const w4a16_small_config& cfg = {});
 // The two paths, for tests and the bench.
 void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w,
                                           void* out, const w4a16_sm80_workspace& ws, int sm_count,

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_launch.h"
 #ifndef TETRA_MATMUL_STANDALONE
@@ -156,15 +157,21 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     const uint4* cbase = p.codes + size_t(tile) * p.k_chunks * 32 + lane;
     const uint4* sbase = p.scales + size_t(tile) * p.k_groups * 32 + lane;
 
-    // Prologue: commit group (g0, i) = chunk i of g0, plus x of g0 in group (g0, 0).
+    // Prologue: commit group (g0, i) = chunk i of g0; the weights (and scales) do not depend on the
+    // previous kernel, so they stream before pdl_wait() (programmatic dependent launch: this part
+    // overlaps the previous kernel's tail); then x of g0 in a ninth group, awaited in full at the
+    // first chunk.
 #pragma unroll
     for (int i = 0; i < GROUP_CHUNKS; ++i) {
         fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0 * GROUP_CHUNKS + i) * 32,
                     ring_sa + 512 * i);
-        if (i == 0) stage_x(p, g0, xs);
         cp_async_commit();
     }
     uint4 s_cur = active ? ld_stream(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
+    pdl_wait();
+    pdl_trigger();
+    stage_x(p, g0, xs);
+    cp_async_commit();
 
     float acc[A][NT][4];
 #pragma unroll
@@ -183,7 +190,8 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
             xr[u] = 8 * u + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * u + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; ++i) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (grp, i) landed
+            if (grp == g0 && i == 0) cp_async_wait_all();  // the prologue's x group is the newest
+            else asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (grp, i) landed
             if (i == 0) {
                 __syncthreads();  // x of grp visible; every warp is done with grp-1's x slot
                 if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
@@ -316,16 +324,27 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
     return pl;
 }
 
+// kern<<<grid, THREADS, smem, s>>>(p), with programmatic stream serialization when pdl (the kernels
+// call pdl_wait() before reading x or writing anything).
+template <class K> void launch_ex(K kern, dim3 grid, size_t smem, cudaStream_t s, bool pdl, const small_params& p) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+}
+
 template <int NT>
-void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s) {
+void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_small_kernel<NT>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
         attr_set = true;
     }
-    kern<<<dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), THREADS, pl.smem, s>>>(p);
-    CUDA_CHECK(cudaGetLastError());
+    launch_ex(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), pl.smem, s, pdl, p);
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, the default since 2026-11-22) ----------------------
@@ -415,11 +434,14 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; ++i) {
             fetch_chunk(p, i < n0, c0 + 32 * i, ring_sa + 512 * i);
-            if (i == 0) stage_x(p, grp, xs);
             cp_async_commit();
         }
     }
     uint4 s_cur = active ? ld_stream(p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane) : make_uint4(0, 0, 0, 0);
+    pdl_wait();  // as the small kernel: weights before, x (and every write) after
+    pdl_trigger();
+    stage_x(p, grp, xs);
+    cp_async_commit();
     uint4 s_next = s_cur;
 
     float acc[2][NT][4];
@@ -446,7 +468,8 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
             xr[v] = 8 * v + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * v + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; ++i) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (u, i) landed
+            if (u == u0 && i == 0) cp_async_wait_all();  // the prologue's x group is the newest
+            else asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (u, i) landed
             if (i == 0) {
                 __syncthreads();  // x of u visible; every warp is done with u-1's x slot
                 if (signal) {     // every warp's pend0 partial is written and fenced
@@ -548,22 +571,21 @@ int small_version(const w4a16_sm80_dims& d, int sm_count, const w4a16_small_conf
 }
 
 template <int NT>
-void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStream_t s) {
+void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_run_kernel<NT>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
         attr_set = true;
     }
-    kern<<<unsigned(grid), THREADS, smem, s>>>(p);
-    CUDA_CHECK(cudaGetLastError());
+    launch_ex(kern, dim3(unsigned(grid)), smem, s, pdl, p);
 }
 
-void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s) {
+void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, bool pdl) {
     p.units = int(pl.units), p.len = int(pl.len), p.early = early ? 1 : 0;
     const size_t smem = RING_BYTES + 2 * size_t(p.m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
-    if (p.m <= 8) launch_run_kernel<1>(p, pl.grid, smem, s);
-    else launch_run_kernel<2>(p, pl.grid, smem, s);
+    if (p.m <= 8) launch_run_kernel<1>(p, pl.grid, smem, s, pdl);
+    else launch_run_kernel<2>(p, pl.grid, smem, s, pdl);
 }
 
 int64_t dequant_rows_per_pass(const w4a16_sm80_workspace& ws, int64_t n, int64_t k) {
@@ -684,7 +706,7 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                     "matmul_nvfp4_w4a16_sm80: workspace too small for [%lld x %lld] x [%lld x %lld]ᵀ "
                     "(size it with w4a16_sm80_workspace_need)",
                     (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
-        run_launch(p, rp, cfg.early_signal != 0, s);
+        run_launch(p, rp, cfg.early_signal != 0, s, cfg.pdl != 0);
         return;
     }
     if (pl.splits > 1) {
@@ -694,10 +716,11 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                     "(size it with w4a16_sm80_workspace_need)",
                     (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
     }
-    if (m <= 8) launch_small<1>(p, pl, s);
-    else if (m <= 16) launch_small<2>(p, pl, s);
-    else if (m <= 32) launch_small<4>(p, pl, s);
-    else launch_small<8>(p, pl, s);
+    const bool pdl = cfg.pdl != 0;
+    if (m <= 8) launch_small<1>(p, pl, s, pdl);
+    else if (m <= 16) launch_small<2>(p, pl, s, pdl);
+    else if (m <= 32) launch_small<4>(p, pl, s, pdl);
+    else launch_small<8>(p, pl, s, pdl);
 }
 
 void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t rows, void* dst, cudaStream_t s) {
@@ -767,8 +790,9 @@ void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_
 }
 
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
-                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s) {
-    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, {});
+                                    const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
+                                    const w4a16_small_config& cfg) {
+    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, cfg);
     else matmul_nvfp4_w4a16_sm80_large_launch(x, m, w, out, ws, s);
 }
 
@@ -875,7 +899,9 @@ void launch_w4a16_sm80(backend& be, const matmul_args& a) {
     ws.partial = base, ws.dequant = base + part, ws.cublas = base + part + deq;
     ws.counters = ws.counter_count ? counters_for(s, ws.counter_count) : nullptr;
     w4a16_sm80_weight w{a.w->codes.data, a.w->scales.data, a.n, a.k, a.w->scale_global};
-    matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s);
+    w4a16_small_config cfg;
+    cfg.pdl = pdl_enabled(be) ? 1 : 0;
+    matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s, cfg);
 }
 
 // The decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) on the same prepared weight: m ≤ 8 and x
