@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "backend/moe.h"
 #include "backend/ops.h"
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -90,7 +92,8 @@ using launch_fn = std::function<void(op_args&)>;
 // fault is far above either: a broadcast row or a NaN ≈ 1..inf, one dropped scale block out of K/16
 // ≈ 16/K ≥ 1.1e-3 at K = 14336. Copies and codecs (get_rows, kv_store, cast, quantize) are bit-exact.
 double tolerance(const std::string& op, dtype act) {
-    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act" || op == "moe_permute")
+    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act" || op == "moe_permute" ||
+        op == "sample_rows")
         return 0.0;
     return act == dtype::F32 ? 1e-8 : 1e-4;
 }
@@ -339,6 +342,65 @@ struct case_builder {
             };
             cases.push_back(k);
         }
+    }
+
+    // Device sampling (the serving engine samples on the backend when it is not the CPU): three rows
+    // of the model's vocabulary — greedy; T 0.7, top-k 50, top-p 0.9 with repetition/frequency/
+    // presence penalties; T 1.3, min-p 0.05 with a suppressed (min_tokens) id — tokens bit-exact.
+    // Then the output guard's row statistics of the same logits (f64 sums: order-only differences).
+    void sampling_cases() {
+        const int64_t nv = c.n_vocab;
+        const dtype a = act;
+        std::vector<sample_row> rows(3);
+        rows[0].temperature = 0.0f;
+        rows[1].temperature = 0.7f, rows[1].top_k = 50, rows[1].top_p = 0.9f, rows[1].repetition_penalty = 1.1f;
+        rows[1].frequency_penalty = 0.3f, rows[1].presence_penalty = 0.2f, rows[1].entry0 = 0, rows[1].n_entries = 2;
+        rows[2].temperature = 1.3f, rows[2].min_p = 0.05f, rows[2].entry0 = 2, rows[2].n_entries = 1;
+        for (int i = 0; i < 3; ++i) rows[size_t(i)].seed = 1234 + uint64_t(i), rows[size_t(i)].step = 5 * i;
+        std::vector<sample_entry> ents(3);
+        ents[0].id = int32_t(std::min<int64_t>(7, nv - 1)), ents[0].prompt_count = 2, ents[0].output_count = 1;
+        ents[1].id = int32_t(nv - 1), ents[1].output_count = 3;
+        ents[2].id = 0, ents[2].suppress = 1;
+        tensor rows_t = tensor::alloc(dtype::I32, {3, sample_row_words}), ents_t = tensor::alloc(dtype::I32, {3, 4});
+        std::memcpy(rows_t.data, rows.data(), rows_t.nbytes()), std::memcpy(ents_t.data, ents.data(), ents_t.nbytes());
+        op_case k;
+        k.op = "sample_rows";
+        k.label = strfmt("sample_rows vocab=%lld", (long long)nv);
+        k.what = strfmt("sample_rows logits[3, %lld] %s: greedy; T 0.7 top-k 50 top-p 0.9 + penalties; T 1.3 min-p 0.05",
+                        (long long)nv, dtype_name(a));
+        k.tol = tolerance("sample_rows", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            sample_rows_args g;
+            g.act = a, g.logits = be.upload(host_random(a, {3, nv}, 51, 3.0f));
+            g.rows = be.upload(rows_t), g.entries = be.upload(ents_t), g.out = be.alloc(dtype::I32, {3});
+            g.n_rows = 3, g.n_vocab = nv, g.n_entries = 3;
+            g.align = ptr_align({&g.logits, &g.rows, &g.entries, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        op_case st;
+        st.op = "sample_guard_stats";
+        st.label = strfmt("sample_guard_stats vocab=%lld", (long long)nv);
+        st.what = strfmt("sample_guard_stats logits[3, %lld] %s", (long long)nv, dtype_name(a));
+        st.tol = tolerance("sample_guard_stats", a);
+        st.run = [=](backend& be, int, const launch_fn& launch) {
+            sample_guard_stats_args g;
+            g.act = a, g.logits = be.upload(host_random(a, {3, nv}, 52, 3.0f));
+            g.stats = be.alloc(dtype::I32, {3, guard_stats_words});
+            g.n_rows = 3, g.n_vocab = nv;
+            g.align = ptr_align({&g.logits, &g.stats});
+            launch(g);
+            std::vector<guard_row_stats> h(3);
+            be.download(g.stats, h.data());
+            std::vector<float> r;
+            for (const guard_row_stats& x : h)
+                r.insert(r.end(), {float(x.sum), float(x.sum_sq), x.x0, x.lo, x.hi, float(x.first_bad)});
+            return r;
+        };
+        cases.push_back(st);
     }
 
     void elementwise_cases() {
@@ -663,6 +725,7 @@ std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype 
     b.kv_cases();
     b.qkv_rope_store_case();
     b.elementwise_cases();
+    b.sampling_cases();
     b.moe_cases();
     return std::move(b.cases);
 }
