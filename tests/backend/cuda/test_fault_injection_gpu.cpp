@@ -210,11 +210,14 @@ TEST_F(fault_gpu, output_guard_stops_requests_on_forced_faulty_kernels) {
                         guard_trip::ROW_IDENTICAL, &n);
     EXPECT_TRUE(has(e, "output guard (row_identical)")) << e;
     EXPECT_EQ(n, 1u);
-    // One NaN from layer 0's q_proj reaches the logits; debug taps name the first bad tap.
+    // One NaN from layer 0's first projection reaches the logits; debug taps name the first bad tap.
+    // q, k and v are one fused projection (exact for this checkpoint), so the poisoned last element of
+    // its first row is v's (last kv head, last dim): q stays clean, and the attention output of the
+    // heads reading that kv head (4 heads × 16, 2 kv heads: column 2·16 + 15) is the first bad tap.
     e = guarded_request("matmul_nvfp4_w4a16:faulty_matmul_nvfp4_w4a16_nan_sm80", false, true, guard_trip::NON_FINITE,
                         &n);
     EXPECT_TRUE(has(e, "output guard (non_finite): non-finite logits at prefill")) << e;
-    EXPECT_TRUE(has(e, "first bad tap: layer 0 tap 'q'")) << e;
+    EXPECT_TRUE(has(e, "first bad tap: layer 0 tap 'attn_out' [4, 64]: NaN at row 0 column 47")) << e;
     EXPECT_EQ(n, 1u);
     // The dropped scale block stays finite and plausible: the guard lets it through (only the
     // self-test, against the oracle, catches it: see the test above).
