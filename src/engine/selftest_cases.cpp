@@ -1,0 +1,698 @@
+// The self-test's op cases (selftest_cases.h): for each op the model's forward runs, fixed-seed inputs
+// at the model's real feature sizes (norm weights, linears' real rows, the vocabulary), rebuilt on
+// every run so the device kernel and the CPU oracle see identical bytes; matmul cases probe the
+// kernel selection at M in {1, 2, 3, 4, 8, 16, 64, max_tokens}.
+#include "engine/selftest_cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "backend/moe.h"
+#include "backend/ops.h"
+#include "backend/sampling.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tetra {
+namespace selftest_detail {
+
+namespace {
+
+// ---- inputs ---------------------------------------------------------------------------------------
+
+tensor host_i32(std::vector<int32_t> v, std::vector<int64_t> shape) {
+    tensor h = tensor::alloc(dtype::I32, std::move(shape));
+    TETRA_ASSERT(size_t(h.numel()) == v.size());
+    std::copy(v.begin(), v.end(), h.ptr<int32_t>());
+    return h;
+}
+
+// Every element of a tensor on `be` as f32 (bytes of u8/e4m3 tensors as their integer values: those
+// outputs are compared bit-exactly).
+void append_f32(backend& be, const tensor& t, std::vector<float>& out) {
+    std::vector<uint8_t> raw(t.nbytes());
+    be.download(t, raw.data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        switch (t.type) {
+            case dtype::F32: case dtype::BF16: case dtype::F16: out.push_back(load_f32(raw.data(), t.type, i)); break;
+            case dtype::I32: out.push_back(float(reinterpret_cast<const int32_t*>(raw.data())[i])); break;
+            default: TETRA_ASSERT(dtype_size(t.type) == 1); out.push_back(float(raw[size_t(i)])); break;
+        }
+    }
+}
+
+int64_t ptr_align(std::initializer_list<const tensor*> ts) {
+    uintptr_t bits = 256;
+    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
+    return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256 (as backend.cpp)
+}
+
+// ---- cases ----------------------------------------------------------------------------------------
+
+
+// NMSE tolerances (Σ(out − ref)² / Σ ref²), per op and activation dtype. f32: kernels differ from the
+// oracle only in summation order and libm ulps (relative ≲ 1e-6 over K ≤ 64k terms, NMSE ≲ 1e-11),
+// so 1e-8 leaves a wide margin. bf16: every stored result rounds to 8 mantissa bits (relative ≤ 2^-9,
+// NMSE ≤ 2^-18 ≈ 3.8e-6 per rounding); 1e-4 allows a few chained roundings (×25). Every modelled
+// fault is far above either: a broadcast row or a NaN ≈ 1..inf, one dropped scale block out of K/16
+// ≈ 16/K ≥ 1.1e-3 at K = 14336. Copies and codecs (get_rows, kv_store, cast, quantize) are bit-exact.
+double tolerance(const std::string& op, dtype act) {
+    if (op == "get_rows" || op == "kv_store" || op == "cast" || op == "quantize_nvfp4_act" || op == "moe_permute" ||
+        op == "sample_rows")
+        return 0.0;
+    return act == dtype::F32 ? 1e-8 : 1e-4;
+}
+
+
+struct case_builder {
+    const model_config& c;
+    model_weights& w;
+    dtype act;
+    int64_t max_tokens;
+    matmul_mode mode;
+    std::vector<op_case> cases;
+
+    void norm_case(const std::string& op, const std::string& weight, int64_t n, uint64_t seed) {
+        op_case k;
+        k.op = op;
+        k.label = op + " n=" + std::to_string(n);
+        k.what = strfmt("%s x[3, %lld] %s, w = %s", op.c_str(), (long long)n, dtype_name(act), weight.c_str());
+        k.tol = tolerance(op, act);
+        tensor wt = w.get(weight);
+        float eps = c.rms_norm_eps;
+        dtype a = act;
+        bool add = op == "add_rms_norm";
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            tensor x = be.upload(host_random(a, {3, n}, seed)), wd = be.upload(wt), out = be.alloc(a, {3, n});
+            std::vector<float> r;
+            if (add) {
+                tensor res = be.upload(host_random(a, {3, n}, seed + 1, 4.0f));
+                add_rms_norm_args g;
+                g.act = a, g.residual = res, g.x = x, g.w = wd, g.out = out, g.eps = eps;
+                g.align = ptr_align({&res, &x, &wd, &out});
+                launch(g);
+                append_f32(be, out, r), append_f32(be, res, r);
+            } else {
+                rms_norm_args g;
+                g.act = a, g.x = x, g.w = wd, g.out = out, g.eps = eps, g.align = ptr_align({&x, &wd, &out});
+                launch(g);
+                append_f32(be, out, r);
+            }
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    void get_rows_cases() {
+        const tensor& embed = w.get("model.embed_tokens.weight");
+        int64_t n_rows = std::min<int64_t>(c.n_vocab, 64), row0 = c.n_vocab - n_rows, n = c.n_embd;
+        tensor table = tensor_rows(embed, row0, n_rows);  // the real last rows of the embedding
+        dtype a = act;
+        op_case k;
+        k.op = "get_rows";
+        k.label = "embedding n=" + std::to_string(n);
+        k.what = strfmt("embedding rows [%lld, %lld) %s → %s, ids {%lld, 0, 5}", (long long)row0,
+                        (long long)c.n_vocab, dtype_name(embed.type), dtype_name(a), (long long)(n_rows - 1));
+        k.tol = 0;
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            get_rows_args g;
+            g.act = a, g.src = be.upload(table);
+            g.ids = be.upload(host_i32({int32_t(n_rows - 1), 0, int32_t(std::min<int64_t>(5, n_rows - 1))}, {3}));
+            g.out = be.alloc(a, {3, n});
+            g.align = ptr_align({&g.src, &g.ids, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        op_case s = k;  // the same op on activations: picking the last token row of each sequence
+        s.label = "get_rows n=" + std::to_string(n);
+        s.what = strfmt("get_rows src[5, %lld] %s, ids {4, 1}", (long long)n, dtype_name(a));
+        s.run = [=](backend& be, int, const launch_fn& launch) {
+            get_rows_args g;
+            g.act = a, g.src = be.upload(host_random(a, {5, n}, 11));
+            g.ids = be.upload(host_i32({4, 1}, {2}));
+            g.out = be.alloc(a, {2, n});
+            g.align = ptr_align({&g.src, &g.ids, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(s);
+    }
+
+    rope_params rope() const {
+        rope_params rp;
+        rp.theta = c.rope.theta;
+        if (c.rope.type == "llama3") {
+            rp.scaling = rope_scaling_type::LLAMA3;
+            rp.factor = c.rope.factor;
+            rp.low_freq_factor = c.rope.low_freq_factor;
+            rp.high_freq_factor = c.rope.high_freq_factor;
+            rp.original_max_position_embeddings = c.rope.original_max_position;
+        }
+        return rp;
+    }
+
+    void rope_case() {
+        int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
+        int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
+        tensor inv = rope_inv_freq(rope(), hd);
+        dtype a = act;
+        op_case k;
+        k.op = "rope";
+        k.label = strfmt("rope %lldx%lld", (long long)nh, (long long)hd);
+        k.what = strfmt("rope q[3, %lld, %lld] k[3, %lld, %lld] %s, positions {0, 7, %d}", (long long)nh, (long long)hd,
+                        (long long)nkv, (long long)hd, dtype_name(a), last);
+        k.tol = tolerance("rope", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            rope_args g;
+            g.act = a, g.q = be.upload(host_random(a, {3, nh, hd}, 21));
+            g.k = be.upload(host_random(a, {3, nkv, hd}, 22));
+            g.positions = be.upload(host_i32({0, 7, last}, {3}));
+            g.inv_freq = be.upload(inv);
+            g.align = ptr_align({&g.q, &g.k, &g.positions, &g.inv_freq});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.q, r), append_f32(be, g.k, r);
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    // The fused attention input stage (model/layers.cpp uses it when a kernel is eligible): 3 tokens
+    // of fused q|k|v rows, the model's q/k norm weights, positions {0, 7, last}, slots {17, 3, -1}.
+    void qkv_rope_store_case() {
+        const int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim, H = nh + 2 * nkv;
+        const int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
+        const tensor inv = rope_inv_freq(rope(), hd);
+        const dtype a = act;
+        const float eps = c.rms_norm_eps;
+        tensor qn, kn;
+        if (c.qk_norm) qn = w.get("model.layers.0.self_attn.q_norm.weight"), kn = w.get("model.layers.0.self_attn.k_norm.weight");
+        op_case k;
+        k.op = "qkv_rope_store";
+        k.optional = true;
+        k.label = strfmt("qkv_rope_store %lld+2x%lld heads x%lld", (long long)nh, (long long)nkv, (long long)hd);
+        k.what = strfmt("qkv_rope_store qkv[3, %lld, %lld] %s%s, positions {0, 7, %d}, slots {17, 3, -1}", (long long)H,
+                        (long long)hd, dtype_name(a), c.qk_norm ? " with q/k norm" : "", last);
+        k.tol = tolerance("qkv_rope_store", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            qkv_rope_store_args g;
+            g.act = a, g.eps = eps, g.qkv = be.upload(host_random(a, {3, H, hd}, 41));
+            if (!qn.empty()) g.q_norm = be.upload(qn), g.k_norm = be.upload(kn);
+            g.positions = be.upload(host_i32({0, 7, last}, {3}));
+            g.inv_freq = be.upload(inv);
+            g.q_out = be.upload(host_random(a, {3, nh, hd}, 42));
+            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43));
+            g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
+            g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
+            g.align = ptr_align({&g.qkv, &g.q_out, &g.k_cache, &g.v_cache});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.q_out, r), append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
+            return r;
+        };
+        cases.push_back(k);
+    }
+
+    // kv caches: [4 blocks, 16, n_head_kv, head_dim], random (the attention reads them).
+    void kv_cases() {
+        int64_t nkv = c.n_head_kv, hd = c.head_dim, nh = c.n_head;
+        dtype a = act;
+        op_case s;
+        s.op = "kv_store";
+        s.label = strfmt("kv_store %lldx%lld", (long long)nkv, (long long)hd);
+        s.what = strfmt("kv_store k,v[3, %lld, %lld] %s into [4, 16, %lld, %lld], slots {17, 3, -1}", (long long)nkv,
+                        (long long)hd, dtype_name(a), (long long)nkv, (long long)hd);
+        s.tol = 0;
+        s.run = [=](backend& be, int, const launch_fn& launch) {
+            kv_store_args g;
+            g.act = a, g.k = be.upload(host_random(a, {3, nkv, hd}, 31));
+            g.v = be.upload(host_random(a, {3, nkv, hd}, 32));
+            g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 33));
+            g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 34));
+            g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
+            g.align = ptr_align({&g.k, &g.v, &g.k_cache, &g.v_cache, &g.slot_mapping});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
+            return r;
+        };
+        cases.push_back(s);
+        // Decode: two sequences, one query token each (kv lengths 37 and 5); prefill: one chunk of
+        // 7 query tokens at positions 10..16 over a cached prefix (kv length 17).
+        for (int prefill = 0; prefill < 2; ++prefill) {
+            op_case k;
+            k.op = "attention";
+            k.label = strfmt("attention %s %lld/%lldx%lld", prefill ? "prefill" : "decode", (long long)nh,
+                             (long long)nkv, (long long)hd);
+            k.what = prefill ? strfmt("attention prefill q[7, %lld, %lld] %s, kv 17 over blocks {3, 1}", (long long)nh,
+                                      (long long)hd, dtype_name(a))
+                             : strfmt("attention decode q[2, %lld, %lld] %s, kv lengths {37, 5}", (long long)nh,
+                                      (long long)hd, dtype_name(a));
+            k.tol = tolerance("attention", a);
+            k.run = [=](backend& be, int, const launch_fn& launch) {
+                int64_t n_tok = prefill ? 7 : 2;
+                attention_args g;
+                g.act = a, g.q = be.upload(host_random(a, {n_tok, nh, hd}, 41 + prefill));
+                g.k_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 43));
+                g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
+                g.out = be.alloc(a, {n_tok, nh * hd});
+                g.scale = 1.0f / std::sqrt(float(hd));
+                attn_metadata& m = g.meta;
+                m.block_size = 16;
+                if (prefill) {
+                    m.n_seqs = 1, m.max_seqlen_q = 7, m.max_seqlen_kv = 17;
+                    m.cu_seqlens_q = be.upload(host_i32({0, 7}, {2}));
+                    m.seq_lens_kv = be.upload(host_i32({17}, {1}));
+                    m.positions = be.upload(host_i32({10, 11, 12, 13, 14, 15, 16}, {7}));
+                    m.block_tables = be.upload(host_i32({3, 1}, {1, 2}));
+                    m.slot_mapping = be.upload(host_i32({-1, -1, -1, -1, -1, -1, -1}, {7}));
+                } else {
+                    m.n_seqs = 2, m.max_seqlen_q = 1, m.max_seqlen_kv = 37;
+                    m.cu_seqlens_q = be.upload(host_i32({0, 1, 2}, {3}));
+                    m.seq_lens_kv = be.upload(host_i32({37, 5}, {2}));
+                    m.positions = be.upload(host_i32({36, 4}, {2}));
+                    m.block_tables = be.upload(host_i32({2, 0, 3, 1, 0, 0}, {2, 3}));
+                    m.slot_mapping = be.upload(host_i32({-1, -1}, {2}));
+                }
+                g.align = ptr_align({&g.q, &g.k_cache, &g.v_cache, &g.out});
+                launch(g);
+                std::vector<float> r;
+                append_f32(be, g.out, r);
+                return r;
+            };
+            cases.push_back(k);
+        }
+    }
+
+    // Device sampling (the serving engine samples on the backend when it is not the CPU): three rows
+    // of the model's vocabulary — greedy; T 0.7, top-k 50, top-p 0.9 with repetition/frequency/
+    // presence penalties; T 1.3, min-p 0.05 with a suppressed (min_tokens) id — tokens bit-exact.
+    // Then the output guard's row statistics of the same logits (f64 sums: order-only differences).
+    void sampling_cases() {
+        const int64_t nv = c.n_vocab;
+        const dtype a = act;
+        std::vector<sample_row> rows(3);
+        rows[0].temperature = 0.0f;
+        rows[1].temperature = 0.7f, rows[1].top_k = 50, rows[1].top_p = 0.9f, rows[1].repetition_penalty = 1.1f;
+        rows[1].frequency_penalty = 0.3f, rows[1].presence_penalty = 0.2f, rows[1].entry0 = 0, rows[1].n_entries = 2;
+        rows[2].temperature = 1.3f, rows[2].min_p = 0.05f, rows[2].entry0 = 2, rows[2].n_entries = 1;
+        for (int i = 0; i < 3; ++i) rows[size_t(i)].seed = 1234 + uint64_t(i), rows[size_t(i)].step = 5 * i;
+        std::vector<sample_entry> ents(3);
+        ents[0].id = int32_t(std::min<int64_t>(7, nv - 1)), ents[0].prompt_count = 2, ents[0].output_count = 1;
+        ents[1].id = int32_t(nv - 1), ents[1].output_count = 3;
+        ents[2].id = 0, ents[2].suppress = 1;
+        tensor rows_t = tensor::alloc(dtype::I32, {3, sample_row_words}), ents_t = tensor::alloc(dtype::I32, {3, 4});
+        std::memcpy(rows_t.data, rows.data(), rows_t.nbytes()), std::memcpy(ents_t.data, ents.data(), ents_t.nbytes());
+        op_case k;
+        k.op = "sample_rows";
+        k.label = strfmt("sample_rows vocab=%lld", (long long)nv);
+        k.what = strfmt("sample_rows logits[3, %lld] %s: greedy; T 0.7 top-k 50 top-p 0.9 + penalties; T 1.3 min-p 0.05",
+                        (long long)nv, dtype_name(a));
+        k.tol = tolerance("sample_rows", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            sample_rows_args g;
+            g.act = a, g.logits = be.upload(host_random(a, {3, nv}, 51, 3.0f));
+            g.rows = be.upload(rows_t), g.entries = be.upload(ents_t), g.out = be.alloc(dtype::I32, {3});
+            g.n_rows = 3, g.n_vocab = nv, g.n_entries = 3;
+            g.align = ptr_align({&g.logits, &g.rows, &g.entries, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        op_case st;
+        st.op = "sample_guard_stats";
+        st.label = strfmt("sample_guard_stats vocab=%lld", (long long)nv);
+        st.what = strfmt("sample_guard_stats logits[3, %lld] %s", (long long)nv, dtype_name(a));
+        st.tol = tolerance("sample_guard_stats", a);
+        st.run = [=](backend& be, int, const launch_fn& launch) {
+            sample_guard_stats_args g;
+            g.act = a, g.logits = be.upload(host_random(a, {3, nv}, 52, 3.0f));
+            g.stats = be.alloc(dtype::I32, {3, guard_stats_words});
+            g.n_rows = 3, g.n_vocab = nv;
+            g.align = ptr_align({&g.logits, &g.stats});
+            launch(g);
+            std::vector<guard_row_stats> h(3);
+            be.download(g.stats, h.data());
+            std::vector<float> r;
+            for (const guard_row_stats& x : h)
+                r.insert(r.end(), {float(x.sum), float(x.sum_sq), x.x0, x.lo, x.hi, float(x.first_bad)});
+            return r;
+        };
+        cases.push_back(st);
+    }
+
+    void elementwise_cases() {
+        int64_t nf = c.n_ff;
+        dtype a = act;
+        op_case k;
+        k.op = "silu_mul";
+        k.label = "silu_mul n=" + std::to_string(nf);
+        k.what = strfmt("silu_mul gate,up[3, %lld] %s (|x| ≤ 8)", (long long)nf, dtype_name(a));
+        k.tol = tolerance("silu_mul", a);
+        k.run = [=](backend& be, int, const launch_fn& launch) {
+            silu_mul_args g;
+            g.act = a, g.gate = be.upload(host_random(a, {3, nf}, 51, 8.0f));
+            g.up = be.upload(host_random(a, {3, nf}, 52));
+            g.out = be.alloc(a, {3, nf});
+            g.align = ptr_align({&g.gate, &g.up, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(k);
+        if (a == dtype::F32) return;  // the runner casts logits to f32 only when the activations are not f32
+        int64_t nv = c.n_vocab;
+        op_case t;
+        t.op = "cast";
+        t.label = "cast logits n=" + std::to_string(nv);
+        t.what = strfmt("cast [3, %lld] %s → f32 (|x| ≤ 40)", (long long)nv, dtype_name(a));
+        t.tol = 0;
+        t.run = [=](backend& be, int, const launch_fn& launch) {
+            cast_args g;
+            g.act = a, g.src = be.upload(host_random(a, {3, nv}, 61, 40.0f)), g.out = be.alloc(dtype::F32, {3, nv});
+            g.align = ptr_align({&g.src, &g.out});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        cases.push_back(t);
+    }
+
+    void matmul_cases();
+    void quantize_case(const linear_weight& lw, const std::string& module);
+    void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
+    void moe_matmul_case(const std::string& proj, int il);
+};
+
+const char* matmul_op(const linear_weight& lw, matmul_mode mode) {
+    if (lw.kind == linear_kind::DENSE) return "matmul_dense";
+    if (mode == matmul_mode::AUTO) mode = lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
+    return mode == matmul_mode::W4A4 ? "matmul_nvfp4_w4a4" : "matmul_nvfp4_w4a16";
+}
+
+// Rows [0, n) of a host canonical linear weight (views).
+linear_weight linear_rows(const linear_weight& lw, int64_t n) {
+    linear_weight s = lw;
+    s.n_out = n;
+    if (lw.kind == linear_kind::DENSE) {
+        s.dense = tensor_rows(lw.dense, 0, n);
+    } else {
+        s.codes = tensor_rows(lw.codes, 0, n);
+        s.scales = tensor_rows(lw.scales, 0, n);
+    }
+    return s;
+}
+
+// One case per (op, shape) over every layer's linears (an excluded layer is dense: its own case),
+// the first layer holding it supplying the weight rows; classes of one shape share the case.
+void case_builder::matmul_cases() {
+    struct cls { std::string module, name; int il; bool dense_ok; };
+    std::vector<cls> classes;
+    for (int il = 0; il < int(c.n_layer); ++il) {
+        std::vector<std::pair<const char*, bool>> names = {
+            {"self_attn.q_proj", false}, {"self_attn.k_proj", false}, {"self_attn.v_proj", false},
+            {"self_attn.o_proj", false}};
+        if (!c.is_moe_layer(il)) {
+            names.insert(names.end(), {{"mlp.gate_proj", false}, {"mlp.up_proj", false}, {"mlp.down_proj", false}});
+        } else {  // routed experts run through moe_matmul (moe_cases); router and shared expert are matmuls
+            names.push_back({"mlp.gate", true});
+            if (c.n_ff_shexp > 0)
+                names.insert(names.end(), {{"mlp.shared_expert.gate_proj", false}, {"mlp.shared_expert.up_proj", false},
+                                           {"mlp.shared_expert.down_proj", false}, {"mlp.shared_expert_gate", true}});
+        }
+        for (const auto& n : names)
+            classes.push_back({"model.layers." + std::to_string(il) + "." + n.first, n.first, il, n.second});
+    }
+    classes.push_back({c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", "lm_head", -1, true});
+    std::map<std::string, size_t> by_key;             // (op, shape) → case index
+    std::map<size_t, std::vector<std::string>> names;  // case index → its classes
+    bool quantize_added = false;
+    for (const cls& cl : classes) {
+        const linear_weight& lw = w.linear(cl.module, cl.dense_ok);
+        std::string op = matmul_op(lw, mode);
+        std::string kind = lw.kind == linear_kind::DENSE ? std::string("dense ") + dtype_name(lw.dense.type) : "nvfp4";
+        std::string key = strfmt("linear %s %lldx%lld", kind.c_str(), (long long)lw.n_out, (long long)lw.n_in);
+        auto it = by_key.find(op + key);
+        if (it != by_key.end()) {
+            std::vector<std::string>& have = names[it->second];
+            if (std::find(have.begin(), have.end(), cl.name) == have.end()) have.push_back(cl.name);
+            continue;
+        }
+        names[cases.size()] = {cl.name};
+        if (op == "matmul_nvfp4_w4a4" && !quantize_added) quantize_case(lw, cl.module), quantize_added = true;
+        by_key[op + key] = cases.size();
+        op_case k;
+        k.op = op;
+        k.label = key;
+        k.classes = cl.name;
+        k.tol = tolerance(op, act);
+        std::string where = cl.il >= 0 ? strfmt("%s layer %d", cl.name.c_str(), cl.il) : cl.name;
+        // Test sizes: (M, N) from small to the real shape; a kernel is tested at the first it accepts.
+        int64_t n_small = std::min<int64_t>(lw.n_out, 64), m_small = std::min<int64_t>(3, max_tokens);
+        std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, lw.n_out}};
+        for (int64_t m : {int64_t(16), int64_t(64), max_tokens})
+            if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
+        k.n_sizes = int(sizes.size());
+        for (auto& s : sizes)
+            k.size_strs.push_back(strfmt("%s (%s rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(), where.c_str(),
+                                         (long long)s.second, (long long)s.first, (long long)s.second,
+                                         (long long)lw.n_in, dtype_name(act)));
+        k.what = k.size_strs[0];
+        // W4A4: activations sized so the block scales G·amax/6 land mid-range in e4m3 (≈ 64).
+        float xs = lw.has_input_scale && lw.input_global_quant > 0 ? 384.0f / lw.input_global_quant : 1.0f;
+        dtype a = act;
+        linear_weight host = lw;
+        k.run = [=](backend& be, int size, const launch_fn& launch) {
+            int64_t m = sizes[size_t(size)].first, n = sizes[size_t(size)].second;
+            linear_weight pw = be.prepare_linear(linear_rows(host, n));
+            matmul_args g;
+            g.act = a, g.x = be.upload(host_random(a, {m, host.n_in}, 71, xs)), g.out = be.alloc(a, {m, n});
+            g.w = &pw, g.m = m, g.n = n, g.k = host.n_in;
+            const tensor& wt = pw.kind == linear_kind::DENSE ? pw.dense : pw.codes;
+            g.align = ptr_align({&g.x, &g.out, &wt});
+            launch(g);
+            std::vector<float> r;
+            append_f32(be, g.out, r);
+            return r;
+        };
+        // Selection at the real shape [M, n_in] x [n_out, n_in] with the whole weight prepared for
+        // the backend (a kernel's accepts() may check the prepared layout); x and out are shape-only
+        // (accepts() reads their shapes and dtypes, never their data). Prepared once per case.
+        auto prepared = std::make_shared<std::unique_ptr<linear_weight>>();
+        k.probe = [=](backend& be, int64_t m, const launch_fn& select) {
+            if (!*prepared) *prepared = std::make_unique<linear_weight>(be.prepare_linear(host));
+            const linear_weight& pw = **prepared;
+            matmul_args g;
+            g.act = a, g.x.type = a, g.x.shape = {m, host.n_in}, g.out.type = a, g.out.shape = {m, host.n_out};
+            g.x.device = g.out.device = be.device().kind;
+            g.w = &pw, g.m = m, g.n = host.n_out, g.k = host.n_in;
+            g.align = ptr_align({pw.kind == linear_kind::DENSE ? &pw.dense : &pw.codes});
+            select(g);
+        };
+        for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
+            if (m <= max_tokens) k.probe_m.push_back(m);
+        if (max_tokens > 64) k.probe_m.push_back(max_tokens);
+        cases.push_back(k);
+    }
+    for (auto& kv : names) {
+        std::string& out = cases[kv.first].classes;
+        out.clear();
+        for (const std::string& n : kv.second) out += (out.empty() ? "" : ", ") + n;
+    }
+}
+
+void case_builder::quantize_case(const linear_weight& lw, const std::string& module) {
+    int64_t n = lw.n_in;
+    float g_x = lw.input_global_quant, xs = 384.0f / g_x;
+    dtype a = act;
+    op_case k;
+    k.op = "quantize_nvfp4_act";
+    k.label = "quantize_nvfp4_act n=" + std::to_string(n);
+    k.what = strfmt("quantize_nvfp4_act x[3, %lld] %s, G = %g (%s)", (long long)n, dtype_name(a), double(g_x),
+                    module.c_str());
+    k.tol = 0;
+    k.run = [=](backend& be, int, const launch_fn& launch) {
+        quantize_nvfp4_act_args g;
+        g.act = a, g.x = be.upload(host_random(a, {3, n}, 81, xs)), g.global_quant = g_x;
+        g.codes = be.alloc(dtype::U8, {3, n / 2}), g.scales = be.alloc(dtype::E4M3, {3, n / 16});
+        g.align = ptr_align({&g.x, &g.codes, &g.scales});
+        launch(g);
+        std::vector<float> r;
+        append_f32(be, g.codes, r), append_f32(be, g.scales, r);
+        return r;
+    };
+    cases.push_back(k);
+}
+
+// ---- MoE (models with n_expert > 0): the four MoE ops on the first MoE layer's shapes ------------
+
+// Token t's k distinct experts: a deterministic scramble (t·5 + s·3 + s²) mod n_expert, skipping
+// repeats. ids: [n_tokens·k]
+std::vector<int32_t> moe_test_ids(int64_t n_tokens, int64_t k, int64_t ne) {
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t s = 0, e = t * 5; s < k; ++e) {
+            int32_t id = int32_t((e + s * 3 + s * s) % ne);
+            if (std::find(ids.end() - s, ids.end(), id) == ids.end()) ids.push_back(id), ++s;
+        }
+    return ids;
+}
+
+void case_builder::moe_cases() {
+    int il = -1;
+    for (int i = 0; i < int(c.n_layer) && il < 0; ++i)
+        if (c.is_moe_layer(i)) il = i;
+    if (il < 0) return;
+    const int64_t ne = c.n_expert, k = c.n_expert_used, nt = 5, n = c.n_embd;
+    const bool norm = c.norm_topk_prob, shared = c.n_ff_shexp > 0;
+    dtype a = act;
+    op_case r;
+    r.op = "moe_route";
+    r.label = strfmt("moe_route %lld experts top %lld", (long long)ne, (long long)k);
+    r.what = strfmt("moe_route logits[%lld, %lld] %s (|x| ≤ 4), k %lld%s", (long long)nt, (long long)ne, dtype_name(a),
+                    (long long)k, norm ? ", renormalized" : "");
+    r.tol = tolerance(r.op, a);
+    r.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_route_args g;
+        g.act = a, g.logits = be.upload(host_random(a, {nt, ne}, 91, 4.0f));
+        g.topk_ids = be.alloc(dtype::I32, {nt, k}), g.topk_weights = be.alloc(dtype::F32, {nt, k});
+        g.n_tokens = nt, g.n_expert = ne, g.k = k, g.norm_topk_prob = norm;
+        g.align = ptr_align({&g.logits, &g.topk_ids, &g.topk_weights});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.topk_ids, out), append_f32(be, g.topk_weights, out);
+        return out;
+    };
+    cases.push_back(r);
+    op_case p = r;
+    p.op = "moe_permute";
+    p.label = strfmt("moe_permute %lld experts top %lld", (long long)ne, (long long)k);
+    p.what = strfmt("moe_permute %lld tokens × %lld of %lld experts", (long long)nt, (long long)k, (long long)ne);
+    p.tol = 0;
+    std::vector<int32_t> ids = moe_test_ids(nt, k, ne);
+    p.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_permute_args g;
+        g.act = dtype::I32, g.topk_ids = be.upload(host_i32(ids, {nt, k}));
+        g.expert_counts = be.alloc(dtype::I32, {ne}), g.expert_offsets = be.alloc(dtype::I32, {ne + 1});
+        g.sorted_tokens = be.alloc(dtype::I32, {nt * k}), g.dest_rows = be.alloc(dtype::I32, {nt, k});
+        g.n_tokens = nt, g.n_expert = ne, g.k = k;
+        g.align = ptr_align({&g.topk_ids, &g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows});
+        launch(g);
+        std::vector<float> out;
+        for (const tensor* t : {&g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows}) append_f32(be, *t, out);
+        return out;
+    };
+    cases.push_back(p);
+    op_case m = r;
+    m.op = "moe_combine";
+    m.label = strfmt("moe_combine n=%lld top %lld%s", (long long)n, (long long)k, shared ? " + shared expert" : "");
+    m.what = strfmt("moe_combine y[%lld, %lld] %s → %lld tokens%s", (long long)(nt * k + 2), (long long)n,
+                    dtype_name(a), (long long)nt, shared ? ", gated shared expert" : "");
+    m.tol = tolerance(m.op, a);
+    m.run = [=](backend& be, int, const launch_fn& launch) {
+        std::vector<int32_t> dest;
+        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * 7 + 1) % (nt * k + 2)));
+        moe_combine_args g;
+        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, 92));
+        g.dest_rows = be.upload(host_i32(dest, {nt, k}));
+        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, 93));
+        g.out = be.alloc(a, {nt, n});
+        if (shared) g.shared = be.upload(host_random(a, {nt, n}, 94)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 95, 3.0f));
+        g.n_tokens = nt, g.k = k, g.n = n;
+        g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.out, out);
+        return out;
+    };
+    cases.push_back(m);
+    for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
+}
+
+// Experts 0..min(n_expert, 4)-1 of layer il (rows [0, min(n_out, 64)) each), 7 rows split over
+// them with expert 1 empty: the grouped matmul the forward launches, on the real weights.
+void case_builder::moe_matmul_case(const std::string& proj, int il) {
+    const int64_t n_ex = std::min<int64_t>(c.n_expert, 4), m = 7;
+    std::vector<linear_weight> host;
+    for (int64_t e = 0; e < n_ex; ++e)
+        host.push_back(w.linear(strfmt("model.layers.%d.mlp.experts.%lld.%s", il, (long long)e, proj.c_str())));
+    const linear_weight& w0 = host[0];
+    int64_t rows = std::min<int64_t>(w0.n_out, 64), k_in = w0.n_in;
+    static const int32_t k_offsets[4][5] = {{0, 7}, {0, 3, 7}, {0, 3, 3, 7}, {0, 3, 3, 5, 7}};
+    std::vector<int32_t> offs(k_offsets[n_ex - 1], k_offsets[n_ex - 1] + n_ex + 1);
+    std::string offs_str;
+    for (int32_t o : offs) offs_str += (offs_str.empty() ? "" : ", ") + std::to_string(o);
+    op_case k;
+    k.op = std::string("moe_") + matmul_op(w0, mode);
+    std::string kind = w0.kind == linear_kind::DENSE ? std::string("dense ") + dtype_name(w0.dense.type) : "nvfp4";
+    k.label = strfmt("experts %s %lldx%lld", kind.c_str(), (long long)w0.n_out, (long long)k_in);
+    k.classes = "mlp.experts." + proj;
+    k.what = strfmt("%s (experts 0..%lld of layer %d, rows [0, %lld)): M=%lld, offsets {%s}, N=%lld K=%lld %s",
+                    k.op.c_str(), (long long)(n_ex - 1), il, (long long)rows, (long long)m, offs_str.c_str(),
+                    (long long)rows, (long long)k_in, dtype_name(act));
+    k.tol = tolerance(k.op, act);
+    float xs = w0.has_input_scale && w0.input_global_quant > 0 ? 384.0f / w0.input_global_quant : 1.0f;
+    dtype a = act;
+    k.run = [=](backend& be, int, const launch_fn& launch) {
+        std::vector<linear_weight> pw;
+        for (const linear_weight& h : host) pw.push_back(be.prepare_linear(linear_rows(h, rows)));
+        moe_matmul_args g;
+        g.act = a, g.x = be.upload(host_random(a, {m, k_in}, 96, xs)), g.out = be.alloc(a, {m, rows});
+        g.expert_offsets = be.upload(host_i32(offs, {n_ex + 1}));
+        g.experts = &pw, g.n_rows = m, g.n = rows, g.k = k_in;
+        const tensor& wt = pw[0].kind == linear_kind::DENSE ? pw[0].dense : pw[0].codes;
+        g.align = ptr_align({&g.x, &g.out, &wt});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.out, out);
+        return out;
+    };
+    cases.push_back(k);
+}
+
+}  // namespace
+
+tensor host_random(dtype t, std::vector<int64_t> shape, uint64_t seed, float scale) {
+    tensor h = tensor::alloc(t, std::move(shape));
+    rng r(seed);
+    for (int64_t i = 0; i < h.numel(); ++i) {
+        float v = scale * r.uniform();
+        if (t == dtype::F32) h.ptr<float>()[i] = v;
+        else if (t == dtype::BF16) h.ptr<uint16_t>()[i] = f32_to_bf16(v);
+        else h.ptr<uint16_t>()[i] = f32_to_f16(v);
+    }
+    return h;
+}
+
+std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype act, const selftest_options& o) {
+    case_builder b{c, w, act, std::max<int64_t>(1, o.max_tokens), o.mode, {}};
+    b.get_rows_cases();
+    b.norm_case("rms_norm", "model.layers.0.input_layernorm.weight", c.n_embd, 1);
+    if (c.qk_norm) b.norm_case("rms_norm", "model.layers.0.self_attn.q_norm.weight", c.head_dim, 2);
+    b.norm_case("add_rms_norm", "model.layers.0.post_attention_layernorm.weight", c.n_embd, 3);
+    b.matmul_cases();
+    b.rope_case();
+    b.kv_cases();
+    b.qkv_rope_store_case();
+    b.elementwise_cases();
+    b.sampling_cases();
+    b.moe_cases();
+    return std::move(b.cases);
+}
+
+}  // namespace selftest_detail
+}  // namespace tetra
