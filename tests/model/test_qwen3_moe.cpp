@@ -21,6 +21,7 @@
 #include "backend/moe.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "logit_compare.h"
 #include "engine/selftest.h"
 #include "io/quantize.h"
 #include "io/safetensors.h"
@@ -58,47 +59,9 @@ reference read_reference(const std::string& dir) {
     return r;
 }
 
-struct logit_stats {
-    double agreement = 0, max_abs = 0, nmse = 0;
-    std::string str() const {
-        char b[128];
-        std::snprintf(b, sizeof b, "top-1 agreement %.4f, max |dlogit| %.3g, NMSE %.3g", agreement, max_abs, nmse);
-        return b;
-    }
-};
-
-// got, want: f32 [n_rows, n_vocab]
-logit_stats compare(const std::vector<float>& got, const std::vector<float>& want, int64_t n_vocab) {
-    logit_stats s;
-    EXPECT_EQ(got.size(), want.size());
-    if (got.size() != want.size() || want.empty()) return s;
-    size_t n_rows = want.size() / size_t(n_vocab), agree = 0;
-    double err = 0, ref = 0;
-    for (size_t r = 0; r < n_rows; ++r) {
-        const float *g = got.data() + r * size_t(n_vocab), *w = want.data() + r * size_t(n_vocab);
-        int64_t ag = 0, aw = 0;
-        for (int64_t i = 0; i < n_vocab; ++i) {
-            if (g[i] > g[ag]) ag = i;
-            if (w[i] > w[aw]) aw = i;
-            double d = double(g[i]) - double(w[i]);
-            s.max_abs = std::max(s.max_abs, std::isfinite(d) ? std::fabs(d) : INFINITY);
-            err += d * d, ref += double(w[i]) * double(w[i]);
-        }
-        agree += ag == aw;
-    }
-    s.agreement = double(agree) / double(n_rows);
-    s.nmse = err / ref;
-    return s;
-}
-
-std::vector<float> engine_logits(const std::string& dir, int64_t max_tokens, const std::vector<int32_t>& ids) {
-    load_options o;
-    o.progress = false;
-    o.max_tokens = max_tokens;
-    auto m = load_model(dir, o);
-    generator gen(*m->model, *m->be, *m->tok, m->max_model_len);
-    return gen.all_logits(ids);
-}
+using test_logits::compare;
+using test_logits::engine_logits;
+using test_logits::logit_stats;
 
 const char* const k_models[] = {"qwen3_moe_tiny", "qwen3_moe_shared"};
 
