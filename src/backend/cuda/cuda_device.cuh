@@ -97,17 +97,42 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream_of(be)>>>(args...) with programmatic stream serialization when
-// pdl_enabled(be); the kernel must follow the pdl_wait() rule above.
+// kernel<<<grid, block, smem, s>>>(args...), with programmatic stream serialization when `pdl`; such a
+// kernel must follow the pdl_wait() rule above.
 template <class... KArgs, class... Args>
-void launch_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+void launch_on(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl, Args&&... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream_of(be);
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr, cfg.numAttrs = pdl_enabled(be) ? 1 : 0;
+    cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// launch_on() on backend be's stream, with PDL when pdl_enabled(be).
+template <class... KArgs, class... Args>
+void launch_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+    launch_on(kernel, grid, block, smem, stream_of(be), pdl_enabled(be), std::forward<Args>(args)...);
+}
+
+// ---- rope (rope_sm80.cu, qkv_rope_store_sm80.cu: one arithmetic, so the two agree bit for bit) ------
+// cs[i] = cos, cs[half + i] = sin of the f32 angle pos · inv_freq[i], evaluated in double and rounded
+// to f32 (the CPU oracle's std::cos/std::sin to the ulp). Block-strided: the caller syncs after it.
+__device__ __forceinline__ void rope_table(float* cs, float pos, const float* inv_freq, int half) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos(double(pos * inv_freq[i]), &s, &c);
+        cs[i] = float(c), cs[half + i] = float(s);
+    }
+}
+// rotate_half of the pair (x1 = x[i], x2 = x[i + half]) without contraction, as the oracle's separate
+// products and sums: new x[i] = x1·c − x2·s, new x[i + half] = x2·c + x1·s.
+__device__ __forceinline__ float rope_first(float x1, float x2, float c, float s) {
+    return __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+}
+__device__ __forceinline__ float rope_second(float x1, float x2, float c, float s) {
+    return __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
 inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 16) {

@@ -324,18 +324,6 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
     return pl;
 }
 
-// kern<<<grid, THREADS, smem, s>>>(p), with programmatic stream serialization when pdl (the kernels
-// call pdl_wait() before reading x or writing anything).
-template <class K> void launch_ex(K kern, dim3 grid, size_t smem, cudaStream_t s, bool pdl, const small_params& p) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem, cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
-}
-
 template <int NT>
 void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_small_kernel<NT>;
@@ -344,7 +332,7 @@ void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, b
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
         attr_set = true;
     }
-    launch_ex(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), pl.smem, s, pdl, p);
+    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), pl.smem, s, pdl, p);
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, the default since 2026-11-22) ----------------------
@@ -578,7 +566,7 @@ void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStr
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
         attr_set = true;
     }
-    launch_ex(kern, dim3(unsigned(grid)), smem, s, pdl, p);
+    launch_on(kern, dim3(unsigned(grid)), dim3(THREADS), smem, s, pdl, p);
 }
 
 void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, bool pdl) {

@@ -25,6 +25,25 @@ template <class T> __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
     return u;
 }
 
+// The norm's arithmetic, shared with qkv_rope_store_sm80 (whose q/k norm must equal this kernel's bit
+// for bit): a lane's sum of squares of its 8 values, in order; the xor-shuffle sum over a group of gp
+// lanes (every lane of the warp must call it); the scale; out = w · (x · r).
+__device__ __forceinline__ float sum_sq8(const float (&v)[8]) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
+    return ss;
+}
+__device__ __forceinline__ float group_sum(float x, int gp) {
+    for (int o = gp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float rms_scale(float ss, int n, float eps) { return 1.0f / sqrtf(ss / float(n) + eps); }
+__device__ __forceinline__ void scale8(const float (&v)[8], const float (&w)[8], float r, float (&out)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = w[i] * (v[i] * r);
+}
+
 // ADD: res += x (rounded to T, stored), then the norm of res. gp > 0: rows of gp lanes (power of
 // two ≤ 32), blockDim/gp rows per block; gp == 0: one row per block. n % 8 == 0, n/8 ≤ lanes of a row.
 // res, x, out: [n_rows, n] T (out may alias x); w: [n] wt
@@ -53,19 +72,11 @@ __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* 
 #pragma unroll
         for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
-    if (gp) {
-        for (int o = gp / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    } else {
-        ss = block_sum(ss);
-    }
-    const float r = 1.0f / sqrtf(ss / float(n) + eps);
+    const float ss = gp ? group_sum(sum_sq8(v), gp) : block_sum(sum_sq8(v));
+    const float r = rms_scale(ss, n, eps);
     if (!on) return;
     float o8[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o8[i] = wv[i] * (v[i] * r);
+    scale8(v, wv, r, o8);
     reinterpret_cast<uint4*>(out + row * n)[j] = pack8<T>(o8);
 }
 

@@ -1,11 +1,11 @@
 // qkv_rope_store_sm80: the attention input stage of a decode/prefill step in one kernel (instead of
 // get_rows ×3, rms_norm ×2, rope and kv_store): per (token, head) of the fused projection row, one
 // 16-B vector (8 elements) per lane, gp = head_dim/8 lanes per head. q/k heads: per-head rms_norm
-// when weights are given — the same per-lane sums and xor-shuffle order as norm_vec.cuh, so the
+// when weights are given — norm_vec.cuh's helpers (sum_sq8, group_sum, rms_scale, scale8), so the
 // result equals the unfused rms_norm_sm80 bit for bit — rounded to the activation dtype as the
-// unfused op stores it, then rope with the partner lane's half exchanged by a shuffle (cos/sin as
-// rope_sm80: f32 angle, double sincos rounded to f32, products and sums without contraction); q to
-// q_out, k and v to the paged caches (negative slots: padding, not stored).
+// unfused op stores it, then rope with the partner lane's half exchanged by a shuffle (rope_table,
+// rope_first, rope_second of cuda_device.cuh, as rope_sm80); q to q_out, k and v to the paged caches
+// (negative slots: padding, not stored).
 // Shapes it takes: 16-bit activations, cache dtype = activation dtype, head_dim/8 a power of two
 // ≤ 32 (head_dim 16…256), full rotary (n_rot = head_dim). Others: the unfused ops.
 #include "backend/cuda/norm_vec.cuh"
@@ -29,12 +29,7 @@ __global__ void __launch_bounds__(THREADS) qkv_rope_store_kernel(const T* qkv, c
     pdl_trigger();
     const int64_t t = blockIdx.x;
     const int half = hd / 2;
-    const float pos = float(positions[t]);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double s, c;
-        sincos(double(pos * inv_freq[i]), &s, &c);
-        cs[i] = float(c), cs[half + i] = float(s);
-    }
+    rope_table(cs, float(positions[t]), inv_freq, half);
     __syncthreads();
     const int heads = nh + 2 * nkv;
     const int h = blockIdx.y * (THREADS / gp) + int(threadIdx.x) / gp, j = int(threadIdx.x) % gp;
@@ -49,14 +44,12 @@ __global__ void __launch_bounds__(THREADS) qkv_rope_store_kernel(const T* qkv, c
     if (norm)
 #pragma unroll
         for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
-    for (int o = gp / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float ss = group_sum(sum_sq8(v), gp);
     if (norm) {
-        const float r = 1.0f / sqrtf(ss / float(hd) + eps);
+        float o8[8];
+        scale8(v, wv, rms_scale(ss, hd, eps), o8);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<T>(wv[i] * (v[i] * r)));
+        for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<T>(o8[i]));  // stored rounded, as rms_norm does
     }
     // Rope on q and k: lane j < gp/2 holds x1 = elements [8j, 8j+8), lane j ^ gp/2 the matching x2.
     float pv[8];
@@ -72,9 +65,8 @@ __global__ void __launch_bounds__(THREADS) qkv_rope_store_kernel(const T* qkv, c
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const float c = cs[i0 + i], s = cs[half + i0 + i];
-            // first half: x1·c − x2·s; second half: x2·c + x1·s (v = own element, pv = partner's)
-            o8[i] = first ? __fsub_rn(__fmul_rn(v[i], c), __fmul_rn(pv[i], s))
-                          : __fadd_rn(__fmul_rn(v[i], c), __fmul_rn(pv[i], s));
+            // first half: own = x1, partner = x2; second half: own = x2, partner = x1
+            o8[i] = first ? rope_first(v[i], pv[i], c, s) : rope_second(pv[i], v[i], c, s);
         }
         const uint4 packed = pack8<T>(o8);
         if (is_q) reinterpret_cast<uint4*>(q_out + (t * nh + h) * hd)[j] = packed;

@@ -16,20 +16,14 @@ __global__ void rope_kernel(T* q, T* k, const int32_t* positions, const float* i
                             int head_dim, int half, int hpb) {
     extern __shared__ float cs[];
     const int64_t t = blockIdx.x;
-    const float pos = float(positions[t]);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double s, c;
-        sincos(double(pos * inv_freq[i]), &s, &c);
-        cs[i] = float(c), cs[half + i] = float(s);
-    }
+    rope_table(cs, float(positions[t]), inv_freq, half);
     __syncthreads();
     const int hd = blockIdx.y * hpb + int(threadIdx.x) / half, i = int(threadIdx.x) % half;
     if (int(threadIdx.x) >= hpb * half || hd >= n_head + n_head_kv) return;
     T* base = hd < n_head ? q + (t * n_head + hd) * head_dim : k + (t * n_head_kv + (hd - n_head)) * head_dim;
     float x1 = to_f32(base[i]), x2 = to_f32(base[i + half]), c = cs[i], s = cs[half + i];
-    // No contraction (as the oracle's separate products and sums; qkv_rope_store_sm80 matches it).
-    base[i] = from_f32<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    base[i + half] = from_f32<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+    base[i] = from_f32<T>(rope_first(x1, x2, c, s));
+    base[i + half] = from_f32<T>(rope_second(x1, x2, c, s));
 }
 
 static void rope_launch(backend& be, const rope_args& a) {
