@@ -16,32 +16,45 @@ __device__ __forceinline__ bool argmax_better(float v, int64_t i, float bv, int6
     return v > bv || (v == bv && i < bi);
 }
 
-// x: [n_rows, n] T; out: i32 [n_rows]
-template <class T>
-__global__ void argmax_kernel(const T* x, int32_t* out, int64_t n) {
-    const T* xr = x + blockIdx.x * n;
-    float bv = -INFINITY;
-    int64_t bi = n;  // sentinel: loses to any real element
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        float v = to_f32(xr[j]);
-        if (bi == n || argmax_better(v, j, bv, bi)) bv = v, bi = j;
-    }
+// (bv, bi) ← the better of itself and every other lane's of the warp; `none`: no element.
+__device__ __forceinline__ void warp_argmax(float& bv, int64_t& bi, int64_t none) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi != n && (bi == n || argmax_better(ov, oi, bv, bi))) bv = ov, bi = oi;
+        if (oi != none && (bi == none || argmax_better(ov, oi, bv, bi))) bv = ov, bi = oi;
     }
+}
+
+// The best (value, index) of xr[lo, hi) over the block, valid on thread 0; bi == n when the range is
+// empty. Each thread scans a strided slice, then the warps, then thread 0 over the warps in order.
+template <class T>
+__device__ __forceinline__ void block_argmax(const T* xr, int64_t lo, int64_t hi, int64_t n, float& bv, int64_t& bi) {
+    bv = -INFINITY;
+    bi = n;  // sentinel: loses to any real element
+#pragma unroll 4
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        float v = to_f32(xr[j]);
+        if (bi == n || argmax_better(v, j, bv, bi)) bv = v, bi = j;
+    }
+    warp_argmax(bv, bi, n);
     __shared__ float sv[32];
     __shared__ int64_t si[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) sv[warp] = bv, si[warp] = bi;
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         for (int w = 1; w < int(blockDim.x >> 5); ++w)
             if (si[w] != n && (bi == n || argmax_better(sv[w], si[w], bv, bi))) bv = sv[w], bi = si[w];
-        out[blockIdx.x] = int32_t(bi == n ? 0 : bi);
-    }
+}
+
+// x: [n_rows, n] T; out: i32 [n_rows]
+template <class T>
+__global__ void argmax_kernel(const T* x, int32_t* out, int64_t n) {
+    float bv;
+    int64_t bi;
+    block_argmax(x + blockIdx.x * n, 0, n, n, bv, bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = int32_t(bi == n ? 0 : bi);
 }
 
 // Phase 1 of the long-row path: the best (value, index) of x[row, c·chunk .. +chunk) → part[row, c].
@@ -49,31 +62,11 @@ template <class T>
 __global__ void argmax_chunk_kernel(const T* x, float2* part, int64_t n, int64_t chunk) {
     pdl_wait();
     pdl_trigger();
-    const int64_t row = blockIdx.y, c = blockIdx.x, lo = c * chunk, hi = min(n, lo + chunk);
-    const T* xr = x + row * n;
-    float bv = -INFINITY;
-    int64_t bi = n;
-#pragma unroll 4
-    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        float v = to_f32(xr[j]);
-        if (bi == n || argmax_better(v, j, bv, bi)) bv = v, bi = j;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi != n && (bi == n || argmax_better(ov, oi, bv, bi))) bv = ov, bi = oi;
-    }
-    __shared__ float sv[32];
-    __shared__ int64_t si[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) sv[warp] = bv, si[warp] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < int(blockDim.x >> 5); ++w)
-            if (si[w] != n && (bi == n || argmax_better(sv[w], si[w], bv, bi))) bv = sv[w], bi = si[w];
-        part[row * gridDim.x + c] = make_float2(bv, __int_as_float(int(bi == n ? -1 : bi)));
-    }
+    const int64_t row = blockIdx.y, c = blockIdx.x, lo = c * chunk;
+    float bv;
+    int64_t bi;
+    block_argmax(x + row * n, lo, min(n, lo + chunk), n, bv, bi);
+    if (threadIdx.x == 0) part[row * gridDim.x + c] = make_float2(bv, __int_as_float(int(bi == n ? -1 : bi)));
 }
 
 // Phase 2: one warp per row merges its chunks' winners (each lane a strided set, then xor shuffles).
@@ -89,12 +82,7 @@ __global__ void argmax_merge_kernel(const float2* part, int n_chunks, int32_t* o
         int64_t i = __float_as_int(p.y);
         if (i >= 0 && (bi == none || argmax_better(p.x, i, bv, bi))) bv = p.x, bi = i;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi != none && (bi == none || argmax_better(ov, oi, bv, bi))) bv = ov, bi = oi;
-    }
+    warp_argmax(bv, bi, none);
     if (threadIdx.x == 0) out[row] = int32_t(bi == none ? 0 : bi);
 }
 
