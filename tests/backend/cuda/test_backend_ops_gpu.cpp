@@ -8,6 +8,7 @@
 
 #include "backend/cuda/gpu_harness.h"
 #include "backend/ops.h"
+#include "backend/qkv_case.h"
 
 using namespace tetra;
 using namespace tetra_test;
@@ -222,37 +223,17 @@ TEST(backend_ops_gpu, qkv_rope_store) {
                     std::string vars = std::string("act=") + dn(t) + " nh=" + std::to_string(h.nh) + " nkv=" +
                                        std::to_string(h.nkv) + " hd=" + std::to_string(h.hd) + " n=" + std::to_string(n) +
                                        " norm=" + std::to_string(norm);
-                    const int64_t H = h.nh + 2 * h.nkv, bs = 16, n_blocks = (n + 8) / bs + 3;
-                    rope_params rp;
-                    rp.theta = 1000000.0f, rp.n_rot = int(h.hd);
-                    tensor inv = rope_inv_freq(rp, h.hd);
-                    tensor qkv = random_tensor(r, t, {n, H, h.hd}, 2.0);
-                    tensor qn = norm ? random_tensor(r, t, {h.hd}) : tensor{}, kn = norm ? random_tensor(r, t, {h.hd}) : tensor{};
-                    std::vector<int32_t> pos, slots(size_t(n_blocks * bs));
-                    for (int64_t i = 0; i < n; ++i) pos.push_back(int32_t(r.randint(0, 131071)));
-                    std::iota(slots.begin(), slots.end(), 0);
-                    std::shuffle(slots.begin(), slots.end(), r.g);
-                    slots.resize(size_t(n));
-                    if (n > 2) slots[1] = -1;  // padding token: q written, nothing stored
-                    tensor pt = i32_tensor(pos), sm = i32_tensor(slots);
-                    std::vector<int64_t> cshape{n_blocks, bs, h.nkv, h.hd};
-                    tensor kc0 = random_tensor(r, t, cshape), vc0 = random_tensor(r, t, cshape);
-                    tensor q_ref = tensor::alloc(t, {n, h.nh, h.hd}), kcr = tensor::alloc(t, cshape), vcr = tensor::alloc(t, cshape);
-                    std::memcpy(kcr.data, kc0.data, kc0.nbytes()), std::memcpy(vcr.data, vc0.data, vc0.nbytes());
-                    cpu_be().qkv_rope_store(qkv, qn, kn, 1e-6f, pt, inv, q_ref, kcr, vcr, sm);
+                    qkv_case c = make_qkv_case(r, t, h.nh, h.nkv, h.hd, h.hd, n, norm, 1000000.0f, 131071, 16,
+                                               (n + 8) / 16 + 3);
+                    const tensor &kc0 = c.k_cache0, &vc0 = c.v_cache0;
+                    tensor q_ref = tensor::alloc(t, {n, h.nh, h.hd}), kcr = clone(kc0), vcr = clone(vc0);
+                    cpu_be().qkv_rope_store(c.qkv, c.q_norm, c.k_norm, 1e-6f, c.positions, c.inv_freq, q_ref, kcr, vcr,
+                                            c.slots);
                     // The unfused inputs: q, k, v split out of qkv on the host.
-                    const size_t es = dtype_size(t);
-                    tensor q = tensor::alloc(t, {n, h.nh, h.hd}), k = tensor::alloc(t, {n, h.nkv, h.hd}), v = tensor::alloc(t, k.shape);
-                    for (int64_t i = 0; i < n; ++i) {
-                        const char* row = static_cast<const char*>(qkv.data) + size_t(i * H * h.hd) * es;
-                        std::memcpy(static_cast<char*>(q.data) + size_t(i * h.nh * h.hd) * es, row, size_t(h.nh * h.hd) * es);
-                        std::memcpy(static_cast<char*>(k.data) + size_t(i * h.nkv * h.hd) * es, row + size_t(h.nh * h.hd) * es,
-                                    size_t(h.nkv * h.hd) * es);
-                        std::memcpy(static_cast<char*>(v.data) + size_t(i * h.nkv * h.hd) * es,
-                                    row + size_t((h.nh + h.nkv) * h.hd) * es, size_t(h.nkv * h.hd) * es);
-                    }
-                    tensor dqkv = to_gpu(qkv), dpos = to_gpu(pt), dinv = to_gpu(inv), dsm = to_gpu(sm);
-                    tensor dqn = norm ? to_gpu(qn) : tensor{}, dkn = norm ? to_gpu(kn) : tensor{};
+                    tensor q, k, v;
+                    split_qkv(c, q, k, v);
+                    tensor dqkv = to_gpu(c.qkv), dpos = to_gpu(c.positions), dinv = to_gpu(c.inv_freq), dsm = to_gpu(c.slots);
+                    tensor dqn = norm ? to_gpu(c.q_norm) : tensor{}, dkn = norm ? to_gpu(c.k_norm) : tensor{};
                     for_each_gpu_kernel("qkv_rope_store", t, st.ran, st.declined, [&](const kernel_entry& kk) {
                         gpu_guarded out = make_gpu_guarded(t, {n, h.nh, h.hd});
                         tensor dkc = to_gpu(kc0), dvc = to_gpu(vc0);
