@@ -2,6 +2,7 @@
 // tables in device memory, one per (device, experts vector, size), rebuilt when an entry changes.
 // Entries are never freed before exit except on a rebuild (after a device sync): a graph captured
 // with an old table belongs to weights that no longer exist.
+// Also moe_w4a16_experts_why_not, the grouped W4A16 kernels' shared check of the experts' layout.
 #include "backend/cuda/moe_expert_table_sm80.h"
 
 #include <cstring>
@@ -10,6 +11,8 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/moe.h"
+#include "backend/ops.h"
 
 namespace tetra {
 namespace cuda {
@@ -47,6 +50,18 @@ const moe_expert_ptrs* moe_expert_table_upload(const void* key, const std::vecto
     CUDA_CHECK(cudaStreamSynchronize(s));
     t.host = host;
     return static_cast<moe_expert_ptrs*>(t.dev);
+}
+
+std::string moe_w4a16_experts_why_not(const moe_matmul_args& a) {
+    const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
+    if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
+    for (size_t e : {size_t(0), a.experts->size() - 1}) {
+        matmul_args m;
+        m.act = a.act, m.x = a.x, m.out = a.out, m.w = &(*a.experts)[e], m.m = 1, m.n = a.n, m.k = a.k;
+        std::string why = dense->accepts(m);
+        if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
+    }
+    return "";
 }
 
 }  // namespace cuda

@@ -4,9 +4,11 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <vector>
 
 namespace tetra {
+struct moe_matmul_args;
 namespace cuda {
 
 // One expert's weight as the kernels read it: a = codes (or the dense weight), b = scales (or
@@ -33,6 +35,10 @@ const moe_expert_ptrs* moe_expert_table(const std::vector<W>& experts, cudaStrea
     for (const W& w : experts) host.push_back(fn(w));
     return moe_expert_table_upload(&experts, host, s);
 }
+
+// The grouped W4A16 kernels' shared accepts() part: "" when the experts are in the sm80 packed layout
+// the dense matmul_nvfp4_w4a16_sm80 takes (checked on the first and the last expert), else why not.
+std::string moe_w4a16_experts_why_not(const moe_matmul_args& a);
 
 }  // namespace cuda
 }  // namespace tetra

@@ -280,15 +280,7 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
     const int64_t ne = int64_t(a.experts->size());
     if (items_for(a.n_rows, ne, 1) > 65535)
         return "more than 65535 work items (n_expert + rows / 8 = " + std::to_string(items_for(a.n_rows, ne, 1)) + ")";
-    const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
-    if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
-    for (size_t e : {size_t(0), a.experts->size() - 1}) {
-        matmul_args m;
-        m.act = a.act, m.x = a.x, m.out = a.out, m.w = &(*a.experts)[e], m.m = 1, m.n = a.n, m.k = a.k;
-        std::string why = dense->accepts(m);
-        if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
-    }
-    return "";
+    return moe_w4a16_experts_why_not(a);
 }
 
 }  // namespace

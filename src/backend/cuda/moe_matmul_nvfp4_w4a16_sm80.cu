@@ -120,15 +120,7 @@ std::string moe_w4a16_accepts(const moe_matmul_args& a) {
     if (a.n_rows > INT32_MAX / 2) return "too many permuted rows for int indexing";
     if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2) return "shape too large for int indexing";
     if ((a.n + 15) / 16 > 65535) return "more than 65535 weight tiles (grid.y)";
-    const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
-    if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
-    for (size_t e : {size_t(0), a.experts->size() - 1}) {
-        matmul_args m;
-        m.act = a.act, m.x = a.x, m.out = a.out, m.w = &(*a.experts)[e], m.m = 1, m.n = a.n, m.k = a.k;
-        std::string why = dense->accepts(m);
-        if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
-    }
-    return "";
+    return moe_w4a16_experts_why_not(a);
 }
 
 }  // namespace
