@@ -1,11 +1,16 @@
 // attention_decode_v2_sm80: decode-specialised split-KV paged attention (one query row per
 // sequence). One CTA per (key split, kv head · head split, sequence) handles up to 8 query heads of
 // the GQA group together, so each K/V row is read once, with 16-byte loads: a key belongs to a
-// subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, the CTA
-// merges its subgroups in shared memory, and a merge kernel combines the splits in fixed order
-// (O = Σ_i e^(lse_i − lse) · O_i; deterministic, no atomics). Splits past a row's position exit.
+// subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, and the CTA
+// merges its subgroups in shared memory. The last CTA of a (sequence, kv head · head split) to
+// finish (integer counter) combines the group's splits in fixed order (O = Σ_i e^(lse_i − lse) · O_i;
+// deterministic), with the arithmetic of the separate merge kernel it replaced (kept as reference).
 #include "backend/cuda/attention_device.cuh"
 #include "core/env.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
 
 namespace tetra {
 namespace cuda {
@@ -16,31 +21,16 @@ constexpr int k_dv2_threads = 128;
 constexpr int k_dv2_elems = 8;      // head_dim elements per lane: one or two 16-byte chunks
 constexpr int k_dv2_max_heads = 8;  // query heads per CTA
 
-struct dv2_params {
-    const void* q;             // [n_tokens, n_head, head_dim] T
-    const void* k_cache;       // [n_blocks, block_size, n_head_kv, head_dim] T
-    const void* v_cache;
-    void* out;                 // [n_tokens, n_head·head_dim] T
-    const int32_t* cu_seqlens_q;
-    const int32_t* positions;
-    const int32_t* block_tables;  // [n_seqs, max_blocks]
-    int n_head, n_head_kv, head_dim, group, block_size, max_blocks;
-    float scale;
-    int window;                // 0 = none
-    int head_splits;           // CTAs along the group (ceil(group / heads per CTA))
+struct dv2_params : attn_base {
     int lanes_per_key;         // LK: lanes of one key's subgroup (power of two ≤ 32)
     int n_chunks;              // 16-byte chunks per K/V row (head_dim · sizeof(T) / 16)
-    int n_splits, split_len;   // split i: keys [i·split_len, (i+1)·split_len), the last to the position
-    float* part_o;             // [n_tokens·n_head, n_splits, head_dim] f32 (normalized)
-    float* part_lse;           // [n_tokens·n_head, n_splits] f32
+    int* counters;             // [n_seqs · n_head_kv · head_splits] finished splits, 0 between
+                               // launches; nullptr: the merge kernel combines the splits
 };
 
 // Keys [lo, hi] of split `split` for a row at position pos (lo > hi: none).
 __device__ __forceinline__ void dv2_split_range(const dv2_params& p, int pos, int split, int& lo, int& hi) {
-    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-    hi = pos;
-    lo = max(lo, split * p.split_len);
-    if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
+    attn_key_range(p, pos, split, lo, hi);
 }
 
 // 16 bytes of T as f32 values.
@@ -122,21 +112,14 @@ __device__ __forceinline__ void dv2_update(const dv2_params& p, const float (&q)
     }
 }
 
-// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads
+// One CTA's split: keys [lo, hi] of row t (sequence s) for query heads head0 .. head0 + nh − 1 of
+// kv head kvh. Writes the final rows (one split) or the split's partial rows and their lse.
 template <class T, int HG>
-__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
-    pdl_wait();
-    pdl_trigger();
+__device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t, int split, int kvh, int head0,
+                                               int nh, int lo, int hi) {
     constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
-    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
-    const int s = blockIdx.z, t = p.cu_seqlens_q[s];
-    if (p.cu_seqlens_q[s + 1] <= t) return;  // no query row in this sequence
-    int lo, hi;
-    dv2_split_range(p, p.positions[t], split, lo, hi);
-    if (lo > hi && p.n_splits > 1) return;  // the merge skips this split (one split: write zeros)
     const int LK = p.lanes_per_key, D = p.head_dim, tid = threadIdx.x;
     const int sub = tid & (LK - 1), g = tid / LK, n_sub = k_dv2_threads / LK;
-    const int nh = min(HG, p.group - hsplit * HG), head0 = kvh * p.group + hsplit * HG;
 
     float q[HG][k_dv2_elems];
 #pragma unroll
@@ -216,6 +199,102 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
     }
 }
 
+// Fused split merge: the last CTA of group (s, blockIdx.y) to arrive combines the group's rows
+// t · n_head + head0 + h (h < nh) exactly as attention_decode_v2_merge_kernel does — same splits
+// (keys for the row and a finite lse), same max, weights e^(lse_i − max), same in-order
+// num += w·O_i and den += w per element, num / den — then re-arms the counter for the next launch
+// (or graph replay). Every CTA of the group arrives, those whose split holds no key too.
+template <class T, int HG>
+__device__ __forceinline__ void dv2_merge_last(const dv2_params& p, int s, int t, int head0, int nh) {
+    __shared__ int s_last;
+    const int tid = threadIdx.x, D = p.head_dim, n = p.n_splits;
+    int* counter = p.counters + int64_t(s) * gridDim.y + blockIdx.y;
+    __threadfence();  // this CTA's part_o / part_lse are visible before it counts
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(counter, 1) == n - 1;
+    __syncthreads();  // also: the subgroup merge is done with the shared memory reused below
+    if (!s_last) return;
+    __threadfence();
+    extern __shared__ float smem[];
+    float* s_w = smem;                                       // [HG][n]: lse, then weight (0: unused)
+    int* s_use = reinterpret_cast<int*>(s_w + HG * n);       // [HG][n]: keys for the row, finite lse
+    float* s_mx = reinterpret_cast<float*>(s_use + HG * n);  // [HG]
+    int* s_nan = reinterpret_cast<int*>(s_mx + HG);          // [HG]: some lse is NaN
+    const int pos = p.positions[t];
+    for (int i = tid; i < nh * n; i += k_dv2_threads) {
+        int h = i / n, sp = i % n, lo, hi;
+        dv2_split_range(p, pos, sp, lo, hi);
+        float l = lo <= hi ? __ldcg(p.part_lse + (int64_t(t) * p.n_head + head0 + h) * n + sp) : -INFINITY;
+        s_w[i] = l;
+        s_use[i] = lo <= hi && l != -INFINITY;
+    }
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31;
+    for (int h = warp; h < nh; h += k_dv2_threads / 32) {
+        float mx = -INFINITY;
+        bool nan = false;
+        for (int sp = lane; sp < n; sp += 32) {
+            float l = s_w[h * n + sp];
+            if (l != l) nan = true;
+            else mx = fmaxf(mx, l);
+        }
+        mx = warp_max(mx);
+        nan = __any_sync(0xffffffffu, nan);
+        if (lane == 0) s_mx[h] = mx, s_nan[h] = nan;
+    }
+    __syncthreads();
+    for (int i = tid; i < nh * n; i += k_dv2_threads) s_w[i] = s_use[i] ? expf(s_w[i] - s_mx[i / n]) : 0.0f;
+    __syncthreads();
+    // One item: 4 adjacent dims of one head (head_dim · elt is a multiple of 16 bytes, so D % 4 == 0),
+    // its splits' float4 loads issued 8 at a time; each element's sum runs in split order.
+    const int D4 = D / 4;
+    for (int i = tid; i < nh * D4; i += k_dv2_threads) {
+        const int h = i / D4, d4 = i % D4;
+        const int64_t row = int64_t(t) * p.n_head + head0 + h;
+        const bool nan = s_nan[h] != 0;
+        const float* w = s_w + h * n;
+        const int* use = s_use + h * n;
+        float num[4] = {0.0f, 0.0f, 0.0f, 0.0f}, den = 0.0f;
+        if (!nan && s_mx[h] != -INFINITY) {
+            const float4* po = reinterpret_cast<const float4*>(p.part_o + row * n * D) + d4;
+            for (int i0 = 0; i0 < n; i0 += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    v[u] = i0 + u < n && use[i0 + u] ? __ldcg(po + int64_t(i0 + u) * D4) : make_float4(0, 0, 0, 0);
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    if (i0 + u >= n || !use[i0 + u]) continue;
+                    const float wu = w[i0 + u];
+                    num[0] += wu * v[u].x, num[1] += wu * v[u].y, num[2] += wu * v[u].z, num[3] += wu * v[u].w;
+                    den += wu;
+                }
+            }
+        }
+        T* out = static_cast<T*>(p.out) + row * D + 4 * d4;
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            out[c] = from_f32<T>(nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num[c] / den : 0.0f);
+    }
+    if (tid == 0) *counter = 0;
+}
+
+// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads
+template <class T, int HG>
+__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
+    pdl_wait();
+    pdl_trigger();
+    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
+    const int s = blockIdx.z, t = p.cu_seqlens_q[s];
+    if (p.cu_seqlens_q[s + 1] <= t) return;  // no query row in this sequence (the whole group returns)
+    const int nh = min(HG, p.group - hsplit * HG), head0 = kvh * p.group + hsplit * HG;
+    int lo, hi;
+    dv2_split_range(p, p.positions[t], split, lo, hi);
+    // A split past the row's keys writes nothing: the merge skips it (one split: write zeros).
+    if (lo <= hi || p.n_splits == 1) dv2_split_body<T, HG>(p, s, t, split, kvh, head0, nh, lo, hi);
+    if (p.n_splits > 1 && p.counters) dv2_merge_last<T, HG>(p, s, t, head0, nh);
+}
+
 // One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
 // lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads. The
 // splits' weights are computed in parallel into shared memory first (n_splits ≤ 128), so the
@@ -267,6 +346,34 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
 }
 
+// Which path combines the splits (attention_decode_v2_set_fused_merge).
+std::atomic<bool> g_fused_merge{true};
+
+// Split counters of the fused merge, zero between launches: one buffer per (device, stream),
+// grow-only. A grown buffer replaces the old one, which stays allocated and zero (a captured graph
+// may still point at it). Sized by the eager step before a capture, like the scratch.
+int* dv2_counters(backend& be, size_t count) {
+    static std::mutex mu;
+    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<int*, size_t>>();
+    cudaStream_t s = stream_of(be);
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto& b = (*bufs)[{dev, s}];
+    if (b.second < count) {
+        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+        TETRA_CHECK(st == cudaStreamCaptureStatusNone,
+                    "cuda attention: the decode split counters must grow to %zu during graph capture (warm up first)",
+                    count);
+        size_t n = std::max<size_t>(count, std::max<size_t>(4096, 2 * b.second));
+        CUDA_CHECK(cudaMalloc(&b.first, n * sizeof(int)));
+        CUDA_CHECK(cudaMemsetAsync(b.first, 0, n * sizeof(int), s));
+        b.second = n;
+    }
+    return b.first;
+}
+
 int next_pow2(int x) {
     int y = 1;
     while (y < x) y *= 2;
@@ -301,10 +408,14 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
         p.part_o = reinterpret_cast<float*>(ws);
         p.part_lse = reinterpret_cast<float*>(ws + o_bytes);
     }
-    size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);
+    const bool fused = p.n_splits > 1 && g_fused_merge.load();
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
+    p.counters = fused ? dv2_counters(be, size_t(grid.y) * grid.z) : nullptr;
+    // Shared memory: the subgroup merge, reused by the split merge (weights, flags; smaller).
+    size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);
+    if (fused) smem = std::max(smem, size_t(HG) * (2 * p.n_splits + 2) * sizeof(float));
     launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
-    if (p.n_splits > 1) {
+    if (p.n_splits > 1 && !fused) {
         int threads = (p.head_dim + 31) / 32 * 32;
         launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(rows)), dim3(threads), 0, p);
     }
@@ -316,14 +427,7 @@ void attention_decode_v2_launch(backend& be, const attention_args& a) {
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
         dv2_params p{};
-        p.q = a.q.data, p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data, p.out = a.out.data;
-        p.cu_seqlens_q = a.meta.cu_seqlens_q.ptr<const int32_t>();
-        p.positions = a.meta.positions.ptr<const int32_t>();
-        p.block_tables = a.meta.block_tables.ptr<const int32_t>();
-        p.n_head = int(a.q.dim(1)), p.n_head_kv = int(a.k_cache.dim(2)), p.head_dim = int(a.q.dim(2));
-        p.group = p.n_head / p.n_head_kv, p.block_size = a.meta.block_size;
-        p.max_blocks = int(a.meta.block_tables.dim(1));
-        p.scale = a.scale, p.window = a.sliding_window;
+        attn_fill_base(a, p);
         constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
         p.n_chunks = p.head_dim / VEC;
         p.lanes_per_key = std::min(32, next_pow2((p.n_chunks + KCH - 1) / KCH));
@@ -356,6 +460,8 @@ std::string attention_decode_v2_accepts(const attention_args& a) {
 }
 
 }  // namespace
+
+void attention_decode_v2_set_fused_merge(bool fused) { g_fused_merge.store(fused); }
 
 void register_attention_decode_v2(kernel_registry& r) {
     r.add(make_kernel<attention_args>("attention", "attention_decode_v2_sm80",

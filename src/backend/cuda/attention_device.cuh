@@ -1,8 +1,8 @@
-// Paged attention building blocks shared by attention_prefill_sm80 and attention_decode_sm80:
-// a CTA owns up to k_rows query rows (tokens × heads of one kv-head group of one sequence), streams
-// K/V tiles of k_bk keys through shared memory (gathered through the block table) and keeps a
-// flash-style online softmax per row (running max m, sum l, output rescaled when m grows; the 1/l
-// division at the end). CUDA cores, f32 math (scores, exp, accumulators) — correctness first; no
+// Paged attention building blocks shared by attention_prefill_sm80 and attention_decode_sm80 (the
+// decode v2 kernel shares attn_base, attn_key_range, attn_fill_base): a CTA owns up to k_rows query
+// rows (tokens × heads of one kv-head group of one sequence), streams K/V tiles of k_bk keys through
+// shared memory (gathered through the block table) and keeps a flash-style online softmax per row
+// (running max m, sum l, output rescaled when m grows; 1/l at the end). CUDA cores, f32 math; no
 // tensor cores yet. Causal per row: keys j ≤ position (and j > position − window with a window).
 #pragma once
 #include <cstdint>
@@ -19,7 +19,12 @@ constexpr int k_att_bk = 32;                         // keys per tile (one per l
 constexpr int k_att_max_head_dim = 256;
 constexpr int k_att_ni = k_att_max_head_dim / 32;    // output dims per lane
 
-struct attn_params {
+// The fields every paged-attention kernel reads (attn_params, and dv2_params of
+// attention_decode_v2_sm80.cu, extend it). Split-KV decode: split i covers keys
+// [i·split_len, (i+1)·split_len) (the last split: to the row's position) and writes its normalized
+// partial output and log-sum-exp to part_o / part_lse; n_splits = 1: no partials. (Pointers first:
+// the derived structs' ints fill the tail, so attn_params keeps its 128 bytes and its SASS.)
+struct attn_base {
     const void* q;             // [n_tokens, n_head, head_dim] T
     const void* k_cache;       // [n_blocks, block_size, n_head_kv, head_dim] T
     const void* v_cache;
@@ -27,19 +32,32 @@ struct attn_params {
     const int32_t* cu_seqlens_q;
     const int32_t* positions;
     const int32_t* block_tables;  // [n_seqs, max_blocks]
+    float* part_o = nullptr;   // [n_tokens·n_head, n_splits, head_dim] f32
+    float* part_lse = nullptr; // [n_tokens·n_head, n_splits] f32
     int n_head, n_head_kv, head_dim, group, block_size, max_blocks;
     float scale;
     int window;                // 0 = none
+    int head_splits;           // CTAs per kv head along the group
+    int n_splits = 1, split_len = 0;
+};
+
+struct attn_params : attn_base {
     int heads_per_cta;         // query heads of one group a CTA covers (≤ k_att_rows)
     int tokens_per_cta;        // query tokens a CTA covers (k_att_rows / heads_per_cta)
-    int head_splits;           // CTAs per kv head along the group (ceil(group / heads_per_cta))
     int kstride;               // shared K row stride in elements (padded against bank conflicts)
-    // split-KV decode: keys [split·split_len, (split+1)·split_len) (last split: to the end);
-    // partial outputs (normalized) and their log-sum-exp, [n_tokens·n_head, n_splits].
-    int n_splits = 1, split_len = 0;
-    float* part_o = nullptr;   // [n_tokens·n_head, n_splits, head_dim] f32
-    float* part_lse = nullptr; // [n_tokens·n_head, n_splits] f32
 };
+static_assert(sizeof(attn_params) == 128, "attn_params: its ints should fill attn_base's tail padding");
+
+// Keys [lo, hi] a query row at position pos sees (causal, sliding window); split ≥ 0 restricts
+// them to that split's keys (lo > hi: none).
+__device__ __forceinline__ void attn_key_range(const attn_base& p, int pos, int split, int& lo, int& hi) {
+    hi = pos;
+    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    if (split >= 0) {
+        lo = max(lo, split * p.split_len);
+        if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
+    }
+}
 
 // Dynamic shared memory of one CTA for element type size `elt`.
 inline size_t attn_smem_bytes(const attn_params& p, size_t elt) {
@@ -75,12 +93,7 @@ __device__ __forceinline__ bool attn_rows_setup(const attn_params& p, int s, int
         bool ok = tl < p.tokens_per_cta && t < tok1 && hg < p.group;
         int lo = 0, hi = -1;
         if (ok) {
-            hi = p.positions[t];
-            lo = p.window > 0 ? max(0, hi - p.window + 1) : 0;
-            if (split >= 0) {
-                lo = max(lo, split * p.split_len);
-                if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
-            }
+            attn_key_range(p, p.positions[t], split, lo, hi);
             if (lo <= hi) atomicMin(&rw.lo_all, lo), atomicMax(&rw.hi_all, hi);
         }
         rw.tok[tid] = ok ? t : -1;
@@ -236,9 +249,8 @@ __device__ void attn_cta(const attn_params& p, int s, int tile, int kvh, int hsp
     attn_store<T>(p, rw, split, st);
 }
 
-// Host: the fields every attention launch shares. Kernels accept only k_cache dtype == act.
-inline attn_params attn_base_params(const attention_args& a, size_t elt) {
-    attn_params p;
+// Host: the attn_base fields of launch `a` (no splits yet). Kernels accept only k_cache dtype == act.
+inline void attn_fill_base(const attention_args& a, attn_base& p) {
     p.q = a.q.data, p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data, p.out = a.out.data;
     p.cu_seqlens_q = a.meta.cu_seqlens_q.ptr<const int32_t>();
     p.positions = a.meta.positions.ptr<const int32_t>();
@@ -246,12 +258,24 @@ inline attn_params attn_base_params(const attention_args& a, size_t elt) {
     p.n_head = int(a.q.dim(1)), p.n_head_kv = int(a.k_cache.dim(2)), p.head_dim = int(a.q.dim(2));
     p.group = p.n_head / p.n_head_kv, p.block_size = a.meta.block_size, p.max_blocks = int(a.meta.block_tables.dim(1));
     p.scale = a.scale, p.window = a.sliding_window;
+}
+
+// Host: attn_params of launch `a` for element size `elt`.
+inline attn_params attn_base_params(const attention_args& a, size_t elt) {
+    attn_params p;
+    attn_fill_base(a, p);
     p.heads_per_cta = p.group < k_att_rows ? p.group : k_att_rows;
     p.tokens_per_cta = k_att_rows / p.heads_per_cta;
     p.head_splits = (p.group + p.heads_per_cta - 1) / p.heads_per_cta;
     p.kstride = attn_kstride(p.head_dim, elt);
     return p;
 }
+
+// attention_decode_v2_sm80 combines its key splits in the kernel (the last CTA of each group,
+// the default: fused = true) or, with fused = false, in a separate merge kernel — the two-kernel
+// path the fused one replaced, kept as the reference it must equal bit for bit
+// (test_attention_decode_fused_gpu). Process-wide; for tests.
+void attention_decode_v2_set_fused_merge(bool fused);
 
 // What both attention kernels cannot handle.
 inline std::string attn_accepts_common(const attention_args& a) {
