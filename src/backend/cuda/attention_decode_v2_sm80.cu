@@ -1,10 +1,11 @@
 // attention_decode_v2_sm80: decode-specialised split-KV paged attention (one query row per
 // sequence). One CTA per (key split, kv head · head split, sequence) handles up to 8 query heads of
 // the GQA group together, so each K/V row is read once, with 16-byte loads: a key belongs to a
-// subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, and the CTA
-// merges its subgroups in shared memory. The last CTA of a (sequence, kv head · head split) to
-// finish (integer counter) combines the group's splits in fixed order (O = Σ_i e^(lse_i − lse) · O_i;
-// deterministic), with the arithmetic of the separate merge kernel it replaced (kept as reference).
+// subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, the CTA
+// merges its subgroups in shared memory, and a merge kernel combines the splits in fixed order
+// (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's position exit. Off by default:
+// the fused merge (the last CTA of each group combines the splits, same arithmetic, bit-identical);
+// it measured slower at batch 1 on an H100 (docs/cuda-backend.md).
 #include "backend/cuda/attention_device.cuh"
 #include "core/env.h"
 
@@ -24,13 +25,18 @@ constexpr int k_dv2_max_heads = 8;  // query heads per CTA
 struct dv2_params : attn_base {
     int lanes_per_key;         // LK: lanes of one key's subgroup (power of two ≤ 32)
     int n_chunks;              // 16-byte chunks per K/V row (head_dim · sizeof(T) / 16)
-    int* counters;             // [n_seqs · n_head_kv · head_splits] finished splits, 0 between
-                               // launches; nullptr: the merge kernel combines the splits
 };
+// 128 bytes: a larger parameter struct (e.g. with the fused merge's counters in it, 136 bytes)
+// changes nvcc's code for the whole kernel (the subgroup merge loops are no longer unrolled), so
+// the counters are a second kernel argument.
+static_assert(sizeof(dv2_params) == 128, "dv2_params: keep the kernel parameter at 128 bytes");
 
 // Keys [lo, hi] of split `split` for a row at position pos (lo > hi: none).
 __device__ __forceinline__ void dv2_split_range(const dv2_params& p, int pos, int split, int& lo, int& hi) {
-    attn_key_range(p, pos, split, lo, hi);
+    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    hi = pos;
+    lo = max(lo, split * p.split_len);
+    if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
 }
 
 // 16 bytes of T as f32 values.
@@ -205,10 +211,10 @@ __device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t
 // num += w·O_i and den += w per element, num / den — then re-arms the counter for the next launch
 // (or graph replay). Every CTA of the group arrives, those whose split holds no key too.
 template <class T, int HG>
-__device__ __forceinline__ void dv2_merge_last(const dv2_params& p, int s, int t, int head0, int nh) {
+__device__ __forceinline__ void dv2_merge_last(const dv2_params& p, int* counters, int s, int t, int head0, int nh) {
     __shared__ int s_last;
     const int tid = threadIdx.x, D = p.head_dim, n = p.n_splits;
-    int* counter = p.counters + int64_t(s) * gridDim.y + blockIdx.y;
+    int* counter = counters + int64_t(s) * gridDim.y + blockIdx.y;
     __threadfence();  // this CTA's part_o / part_lse are visible before it counts
     __syncthreads();
     if (tid == 0) s_last = atomicAdd(counter, 1) == n - 1;
@@ -279,9 +285,11 @@ __device__ __forceinline__ void dv2_merge_last(const dv2_params& p, int s, int t
     if (tid == 0) *counter = 0;
 }
 
-// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads
-template <class T, int HG>
-__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
+// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads. FUSED: the last CTA of
+// each group merges the splits (counters: [n_seqs · n_head_kv · head_splits] arrivals, 0 between
+// launches); otherwise attention_decode_v2_merge_kernel does (counters unused).
+template <class T, int HG, bool FUSED>
+__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p, int* counters) {
     pdl_wait();
     pdl_trigger();
     const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
@@ -292,7 +300,7 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
     dv2_split_range(p, p.positions[t], split, lo, hi);
     // A split past the row's keys writes nothing: the merge skips it (one split: write zeros).
     if (lo <= hi || p.n_splits == 1) dv2_split_body<T, HG>(p, s, t, split, kvh, head0, nh, lo, hi);
-    if (p.n_splits > 1 && p.counters) dv2_merge_last<T, HG>(p, s, t, head0, nh);
+    if (FUSED && p.n_splits > 1) dv2_merge_last<T, HG>(p, counters, s, t, head0, nh);
 }
 
 // One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
@@ -346,8 +354,9 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
 }
 
-// Which path combines the splits (attention_decode_v2_set_fused_merge).
-std::atomic<bool> g_fused_merge{true};
+// Which path combines the splits (attention_decode_v2_set_fused_merge): the merge kernel by
+// default — the fused merge measured slower at batch 1 on an H100 (docs/cuda-backend.md).
+std::atomic<bool> g_fused_merge{false};
 
 // Split counters of the fused merge, zero between launches: one buffer per (device, stream),
 // grow-only. A grown buffer replaces the old one, which stays allocated and zero (a captured graph
@@ -410,11 +419,12 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
     }
     const bool fused = p.n_splits > 1 && g_fused_merge.load();
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
-    p.counters = fused ? dv2_counters(be, size_t(grid.y) * grid.z) : nullptr;
+    int* counters = fused ? dv2_counters(be, size_t(grid.y) * grid.z) : nullptr;
     // Shared memory: the subgroup merge, reused by the split merge (weights, flags; smaller).
     size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);
     if (fused) smem = std::max(smem, size_t(HG) * (2 * p.n_splits + 2) * sizeof(float));
-    launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
+    if (fused) launch_pdl(be, attention_decode_v2_kernel<T, HG, true>, grid, dim3(k_dv2_threads), smem, p, counters);
+    else launch_pdl(be, attention_decode_v2_kernel<T, HG, false>, grid, dim3(k_dv2_threads), smem, p, counters);
     if (p.n_splits > 1 && !fused) {
         int threads = (p.head_dim + 31) / 32 * 32;
         launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(rows)), dim3(threads), 0, p);

@@ -1,7 +1,7 @@
 // Paged attention building blocks shared by attention_prefill_sm80 and attention_decode_sm80 (the
-// decode v2 kernel shares attn_base, attn_key_range, attn_fill_base): a CTA owns up to k_rows query
-// rows (tokens × heads of one kv-head group of one sequence), streams K/V tiles of k_bk keys through
-// shared memory (gathered through the block table) and keeps a flash-style online softmax per row
+// decode v2 kernel shares attn_base and attn_fill_base): a CTA owns up to k_rows query rows (tokens
+// × heads of one kv-head group of one sequence), streams K/V tiles of k_bk keys through shared
+// memory (gathered through the block table) and keeps a flash-style online softmax per row
 // (running max m, sum l, output rescaled when m grows; 1/l at the end). CUDA cores, f32 math; no
 // tensor cores yet. Causal per row: keys j ≤ position (and j > position − window with a window).
 #pragma once
@@ -48,17 +48,6 @@ struct attn_params : attn_base {
 };
 static_assert(sizeof(attn_params) == 128, "attn_params: its ints should fill attn_base's tail padding");
 
-// Keys [lo, hi] a query row at position pos sees (causal, sliding window); split ≥ 0 restricts
-// them to that split's keys (lo > hi: none).
-__device__ __forceinline__ void attn_key_range(const attn_base& p, int pos, int split, int& lo, int& hi) {
-    hi = pos;
-    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-    if (split >= 0) {
-        lo = max(lo, split * p.split_len);
-        if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
-    }
-}
-
 // Dynamic shared memory of one CTA for element type size `elt`.
 inline size_t attn_smem_bytes(const attn_params& p, size_t elt) {
     return size_t(k_att_rows) * p.head_dim * 4 + size_t(k_att_bk) * p.kstride * elt +
@@ -93,7 +82,12 @@ __device__ __forceinline__ bool attn_rows_setup(const attn_params& p, int s, int
         bool ok = tl < p.tokens_per_cta && t < tok1 && hg < p.group;
         int lo = 0, hi = -1;
         if (ok) {
-            attn_key_range(p, p.positions[t], split, lo, hi);
+            hi = p.positions[t];
+            lo = p.window > 0 ? max(0, hi - p.window + 1) : 0;
+            if (split >= 0) {
+                lo = max(lo, split * p.split_len);
+                if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
+            }
             if (lo <= hi) atomicMin(&rw.lo_all, lo), atomicMax(&rw.hi_all, hi);
         }
         rw.tok[tid] = ok ? t : -1;
@@ -271,10 +265,9 @@ inline attn_params attn_base_params(const attention_args& a, size_t elt) {
     return p;
 }
 
-// attention_decode_v2_sm80 combines its key splits in the kernel (the last CTA of each group,
-// the default: fused = true) or, with fused = false, in a separate merge kernel — the two-kernel
-// path the fused one replaced, kept as the reference it must equal bit for bit
-// (test_attention_decode_fused_gpu). Process-wide; for tests.
+// attention_decode_v2_sm80 combines its key splits in a separate merge kernel (fused = false, the
+// default) or in the kernel itself (fused = true: the last CTA of each group, bit-identical;
+// test_attention_decode_fused_gpu). Process-wide; for tests and measurements.
 void attention_decode_v2_set_fused_merge(bool fused);
 
 // What both attention kernels cannot handle.

@@ -1,5 +1,5 @@
-// attention_decode_v2_sm80's fused split merge (the last CTA of each group combines the splits)
-// against the two-kernel path it replaced (a separate merge kernel; attention_decode_v2_set_fused_merge):
+// attention_decode_v2_sm80's fused split merge (the last CTA of each group combines the splits; off
+// by default, attention_decode_v2_set_fused_merge) against the two-kernel path (a merge kernel):
 // equal bit for bit on decode batches — GQA groups 1/4/8/24, head_dim 64/128, contexts 1, 17, 160,
 // 1000 alone and 8 mixed in one batch, with and without a sliding window, kv capacity exact and a
 // graph bucket's (most splits past the row's position: they exit early and must still count), a NaN
@@ -15,10 +15,10 @@ using namespace tetra_test;
 
 namespace {
 
-// Scoped: the two-kernel path while alive.
-struct two_kernel_merge {
-    two_kernel_merge() { cuda::attention_decode_v2_set_fused_merge(false); }
-    ~two_kernel_merge() { cuda::attention_decode_v2_set_fused_merge(true); }
+// Scoped: the fused merge while alive (the two-kernel path is the default).
+struct fused_merge {
+    fused_merge() { cuda::attention_decode_v2_set_fused_merge(true); }
+    ~fused_merge() { cuda::attention_decode_v2_set_fused_merge(false); }
 };
 
 // One decode case on the GPU: inputs, metadata (kv capacity scaled) and the CPU oracle's output.
@@ -75,10 +75,10 @@ TEST(attention_decode_fused_gpu, equals_two_kernel_path_bit_for_bit) {
                         const int nan_token = bi == 4 && window == 50 && capacity == 8 ? 0 : -1;
                         decode_case d(c, r, capacity, nan_token);
                         bool intact_fused = false, intact_two = false;
-                        tensor fused = d.run(&intact_fused), two;
+                        tensor fused, two = d.run(&intact_two);
                         {
-                            two_kernel_merge legacy;
-                            two = d.run(&intact_two);
+                            fused_merge on;
+                            fused = d.run(&intact_fused);
                         }
                         std::string what = c.vars() + " capacity×" + std::to_string(capacity);
                         EXPECT_TRUE(intact_fused && intact_two) << what;
@@ -105,13 +105,10 @@ TEST(attention_decode_fused_gpu, graph_replays_rearm_the_counters) {
         attn_case c{dtype::BF16, h.first, h.second, 128, 16,
                     {{159, 1}, {0, 1}, {999, 1}, {16, 1}, {63, 1}, {130, 1}, {1, 1}, {500, 1}}, 0};
         decode_case d(c, r, 2, -1);
-        tensor two;
         bool intact = false;
-        {
-            two_kernel_merge legacy;
-            two = d.run(&intact);
-        }
+        tensor two = d.run(&intact);
         EXPECT_TRUE(intact);
+        fused_merge on;
         force_kernel fk("attention", "attention_decode_v2_sm80");
         gpu_guarded out = make_gpu_guarded(c.act, {d.n_tokens, d.width});
         gpu_be().attention(d.dq, d.dk, d.dv, d.dm, d.scale, out.view, c.window);  // eager: buffers grown
