@@ -98,8 +98,9 @@ __device__ __forceinline__ void stage_x(const small_params& p, int grp, __nv_bfl
 }
 
 // One chunk (16 rows × 64 k) of one warp: 4 MMAs per n8 tile. q: the lane's 16 code bytes;
-// two: the chunk's two e4m3 scales (row g, row g+8); xs: the group's x slot; xk: chunk offset.
-// xr[u]: this lane's x row 8u+g in the group's slot at k 16t (null for rows ≥ m: zeros).
+// two: the chunk's two e4m3 scales (row g, row g+8); xr[u]: this lane's x row 8u+g in the group's
+// slot at k 16t (row 0 for rows ≥ m: a B column only reaches its own D column, and columns ≥ m are
+// never stored, so no zeros and no branch are needed); i: the chunk within the group.
 template <int NT>
 __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, const uint4* const (&xr)[NT], int i,
                                               float (&acc)[NT][4]) {
@@ -108,13 +109,8 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
     uint4 blo[NT], bhi[NT];
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
-        if (xr[u]) {
-            blo[u] = xr[u][i * (CHUNK_K / 8)];
-            bhi[u] = xr[u][i * (CHUNK_K / 8) + 1];
-        } else {
-            blo[u] = make_uint4(0, 0, 0, 0);
-            bhi[u] = blo[u];
-        }
+        blo[u] = xr[u][i * (CHUNK_K / 8)];
+        bhi[u] = xr[u][i * (CHUNK_K / 8) + 1];
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -133,6 +129,50 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 // chunk or an idle warp; the source is then not read, the pointer is clamped anyway).
 __device__ __forceinline__ void fetch_chunk(const small_params& p, bool ok, const uint4* src, uint32_t slot) {
     cp_async16(slot, ok ? src : p.codes, ok ? 16 : 0);
+}
+
+// The inner loop of both small-M kernels: one 512-k group of one warp's 16-row tile. Chunks go in
+// pairs: both are awaited together (each chunk is one commit group; 8 are in flight, so waiting
+// until ≤ 6 remain lands the pair), their loads and decodes interleave, and each ring slot is
+// refilled with the next group's chunk (cnext, n_next valid) as soon as it is consumed, x of the
+// next group (grp_next into x_next) joining chunk 0's commit group. Chunk i accumulates into
+// acc[i % A] and the MMAs of one set stay in chunk order (data dependencies), so the per-row sums
+// are those of one chunk at a time. first: the CTA's first group (its x commit group is the newest:
+// wait for all); at_barrier(): every thread, right after the group's barrier.
+template <int NT, int A, class AtBarrier>
+__device__ __forceinline__ void group_step(const small_params& p, const uint4* ring, uint32_t ring_sa, bool first,
+                                           int n_cur, const __nv_bfloat16* xg, const uint4& s_cur, bool more,
+                                           const uint4* cnext, int n_next, int grp_next, __nv_bfloat16* x_next,
+                                           float (&acc)[A][NT][4], AtBarrier&& at_barrier) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint4* xr[NT];
+#pragma unroll
+    for (int u = 0; u < NT; ++u)
+        xr[u] = reinterpret_cast<const uint4*>(xg + (8 * u + g < p.m ? 8 * u + g : 0) * (GROUP_K + X_PAD) + 16 * t);
+#pragma unroll
+    for (int i = 0; i < GROUP_CHUNKS; i += 2) {
+        if (first && i == 0) cp_async_wait_all();
+        else asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 2) : "memory");  // chunks i, i+1 landed
+        if (i == 0) {
+            __syncthreads();  // x of this group visible; every warp is done with the previous x slot
+            at_barrier();
+        }
+        const uint32_t two = word_of(s_cur, i >> 1);  // low half: chunk i, high half: chunk i + 1
+        if (i + 1 < n_cur) {  // one basic block, so the two chunks' loads and decodes interleave
+            compute_chunk<NT>(ring[32 * i], two, xr, i, acc[i % A]);
+            compute_chunk<NT>(ring[32 * (i + 1)], two >> 16, xr, i + 1, acc[(i + 1) % A]);
+        } else if (i < n_cur) {
+            compute_chunk<NT>(ring[32 * i], two, xr, i, acc[i % A]);
+        }
+#pragma unroll
+        for (int c = i; c < i + 2; ++c) {
+            if (more) {
+                fetch_chunk(p, c < n_next, cnext + 32 * c, ring_sa + 512 * c);  // slot c consumed above
+                if (c == 0) stage_x(p, grp_next, x_next);
+            }
+            cp_async_commit();  // possibly empty: keeps one group per chunk
+        }
+    }
 }
 
 template <int NT> struct ctas_per_sm { static constexpr int value = NT <= 2 ? 3 : NT == 4 ? 2 : 1; };
@@ -178,34 +218,16 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     for (int a = 0; a < A; ++a)
 #pragma unroll
         for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
-    for (int grp = g0; grp < g1; ++grp) {
+    const uint4* cnext = cbase + size_t(g0 + 1) * GROUP_CHUNKS * 32;  // next group's chunks (loop-carried:
+    for (int grp = g0; grp < g1; ++grp, cnext += GROUP_CHUNKS * 32) {  // kept in a register, not recomputed)
         const bool more = grp + 1 < g1;
-        const uint4* cnext = cbase + size_t(grp + 1) * GROUP_CHUNKS * 32;      // next group's chunks
         const int n_next = active ? min(GROUP_CHUNKS, p.k_chunks - (grp + 1) * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
         const __nv_bfloat16* xg = xs + ((grp - g0) & 1) * slot_elems;
-        const uint4* xr[NT];
-#pragma unroll
-        for (int u = 0; u < NT; ++u)
-            xr[u] = 8 * u + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * u + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
-#pragma unroll
-        for (int i = 0; i < GROUP_CHUNKS; ++i) {
-            if (grp == g0 && i == 0) cp_async_wait_all();  // the prologue's x group is the newest
-            else asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (grp, i) landed
-            if (i == 0) {
-                __syncthreads();  // x of grp visible; every warp is done with grp-1's x slot
-                if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
-            }
-            if (i < n_cur) {
-                uint4 q = ring[32 * i];
-                compute_chunk<NT>(q, word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
-            }
-            if (more) {
-                fetch_chunk(p, i < n_next, cnext + 32 * i, ring_sa + 512 * i);  // slot i consumed above
-                if (i == 0) stage_x(p, grp + 1, xs + ((grp + 1 - g0) & 1) * slot_elems);
-            }
-            cp_async_commit();  // possibly empty: keeps one group per chunk
-        }
+        group_step<NT, A>(p, ring, ring_sa, grp == g0, n_cur, xg, s_cur, more, cnext, n_next, grp + 1,
+                          xs + ((grp + 1 - g0) & 1) * slot_elems, acc, [&] {
+                              if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
+                          });
         s_cur = s_next;
     }
     cp_async_wait_all();
@@ -405,7 +427,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
     extern __shared__ uint4 smem_raw[];
     __shared__ int s_last;
     static_assert(NT <= 2, "the balanced-run kernel takes m ≤ 16 (two accumulator sets)");
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
     const uint32_t ring_sa = smem_addr(ring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
@@ -416,8 +438,9 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
     bool active = tile < p.n_tiles;
 
     // Prologue: commit group (u0, i) = chunk i of u0, plus x of u0 in group (u0, 0).
+    const uint4* ccur = p.codes + (size_t(tile) * p.k_chunks + grp * GROUP_CHUNKS) * 32 + lane;  // unit u's chunks
     {
-        const uint4* c0 = p.codes + (size_t(tile) * p.k_chunks + grp * GROUP_CHUNKS) * 32 + lane;
+        const uint4* c0 = ccur;
         const int n0 = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; ++i) {
@@ -446,33 +469,19 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
         const int grp_n = grp + 1 == p.k_groups ? 0 : grp + 1, rb_n = grp_n == 0 ? rb + 1 : rb;
         const int tile_n = rb_n * WARPS + warp;
         const bool active_n = more && tile_n < p.n_tiles;
-        const uint4* cnext = p.codes + (size_t(tile_n) * p.k_chunks + grp_n * GROUP_CHUNKS) * 32 + lane;
+        const uint4* cnext =  // loop-carried (kept in a register): the next group, or a new row block's first
+            grp_n == 0 ? p.codes + size_t(tile_n) * p.k_chunks * 32 + lane : ccur + GROUP_CHUNKS * 32;
         const int n_next = active_n ? min(GROUP_CHUNKS, p.k_chunks - grp_n * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
         const __nv_bfloat16* xg = xs + ((u - u0) & 1) * slot_elems;
-        const uint4* xr[NT];
-#pragma unroll
-        for (int v = 0; v < NT; ++v)
-            xr[v] = 8 * v + g < p.m ? reinterpret_cast<const uint4*>(xg + (8 * v + g) * (GROUP_K + X_PAD) + 16 * t) : nullptr;
-#pragma unroll
-        for (int i = 0; i < GROUP_CHUNKS; ++i) {
-            if (u == u0 && i == 0) cp_async_wait_all();  // the prologue's x group is the newest
-            else asm volatile("cp.async.wait_group %0;" ::"n"(GROUP_CHUNKS - 1) : "memory");  // (u, i) landed
-            if (i == 0) {
-                __syncthreads();  // x of u visible; every warp is done with u-1's x slot
-                if (signal) {     // every warp's pend0 partial is written and fenced
-                    if (threadIdx.x == 0) first_old = atomicAdd(&p.counters[pend0], 1);
-                    signal = false, counted0 = true;
-                }
-                if (active_n) s_next = ld_stream(p.scales + (size_t(tile_n) * p.k_groups + grp_n) * 32 + lane);
-            }
-            if (i < n_cur) compute_chunk<NT>(ring[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i & 1]);
-            if (more) {
-                fetch_chunk(p, i < n_next, cnext + 32 * i, ring_sa + 512 * i);  // slot i consumed above
-                if (i == 0) stage_x(p, grp_n, xs + ((u + 1 - u0) & 1) * slot_elems);
-            }
-            cp_async_commit();  // possibly empty: keeps one group per chunk
-        }
+        group_step<NT, 2>(p, ring, ring_sa, u == u0, n_cur, xg, s_cur, more, cnext, n_next, grp_n,
+                          xs + ((u + 1 - u0) & 1) * slot_elems, acc, [&] {
+                              if (signal) {  // every warp's pend0 partial is written and fenced
+                                  if (threadIdx.x == 0) first_old = atomicAdd(&p.counters[pend0], 1);
+                                  signal = false, counted0 = true;
+                              }
+                              if (active_n) s_next = ld_stream(p.scales + (size_t(tile_n) * p.k_groups + grp_n) * 32 + lane);
+                          });
         if (grp == p.k_groups - 1 || !more) {  // end of a segment (uniform over the CTA)
             const bool whole = seg_whole && grp == p.k_groups - 1;
             flush_segment<NT>(p, acc, rb, whole, 2 * blockIdx.x + (seg_first ? 0 : 1), warp, lane);
@@ -493,7 +502,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
                 for (int v = 0; v < NT; ++v) acc[a][v][0] = acc[a][v][1] = acc[a][v][2] = acc[a][v][3] = 0.0f;
             seg_first = false, seg_whole = true;
         }
-        s_cur = s_next, grp = grp_n, rb = rb_n, active = tile_n < p.n_tiles;
+        s_cur = s_next, grp = grp_n, rb = rb_n, active = tile_n < p.n_tiles, ccur = cnext;
     }
     cp_async_wait_all();
 #pragma unroll
