@@ -1,8 +1,11 @@
 // moe_route_sm80: the router on the GPU, one warp per token, mirroring moe_route_cpu's f32 operation
-// order: max (order-free; NaN iff logit 0 is NaN, as the CPU's running max), exp(l - max) rounded
-// from a double exp (≈ the CPU's glibc expf, which is correctly rounded all but ~2^-20 of the time),
-// Σ sequential in expert order (lane 0), one IEEE division per expert, k rounds of a warp argmax
-// (non-NaN first, larger p, then lower index: the CPU's strict-> scan), renormalization Σ in slot order.
+// order: max (order-free; NaN iff logit 0 is NaN, as the CPU's running max), exp(l - max) by
+// glibc's expf arithmetic (the x86-64 FMA build the CPU oracle calls), Σ sequential in expert order
+// (lane 0), one IEEE division per expert, top-k by rank under the CPU scan's order (no dependent
+// argmax rounds), renormalization Σ in slot order.
+#include <algorithm>
+#include <type_traits>
+
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/moe.h"
 
@@ -11,71 +14,205 @@ namespace cuda {
 
 namespace {
 
-constexpr int WARPS = 4;
+constexpr unsigned FULL = 0xffffffffu;
 
-// The CPU scan's preference: a beats b if a is a number and b is NaN, or both are numbers and
-// a > b, or (equal or both NaN) and a has the lower index. Taken / absent entries have idx < 0.
-__device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
-    if (ib < 0) return ia >= 0;
-    if (ia < 0) return false;
-    bool na = isnan(pa), nb = isnan(pb);
-    if (na != nb) return nb;
-    if (!na && pa != pb) return pa > pb;
-    return ia < ib;
+// T[i] = bits(RN(2^(i/32))) - i·2^47: glibc's expf table (2^(i/32) to nearest, checked with 50-digit
+// arithmetic), one entry per lane.
+__device__ const uint64_t k_exp2_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+// expf(x) as glibc computes it on x86-64 with FMA (its ifunc choice on every FMA host): in double,
+// x·32/ln2 split into k + r (k via the 1.5·2^52 shift), 2^(k/32) from the table (`tab`: this lane's
+// entry, fetched by shuffle; every lane must call), a degree-3 polynomial in r with the same fused
+// multiply-adds, rounded once to f32; |x| ≥ 88 and NaN take glibc's special cases. The f32 result
+// matched the host libm's expf (glibc 2.36) bit for bit on all 2^32 inputs (a host-side check).
+__device__ __forceinline__ float glibc_expf(float x, uint64_t tab) {
+    const double inv_ln2_n = 0x1.71547652b82fep+5, shift = 0x1.8p52;
+    const double xd = double(x);
+    const double kds = __fma_rn(inv_ln2_n, xd, shift);
+    const uint64_t ki = uint64_t(__double_as_longlong(kds));
+    const double kd = __dsub_rn(kds, shift);
+    const double r = __fma_rn(inv_ln2_n, xd, -kd);
+    const uint64_t t = __shfl_sync(FULL, tab, int(ki & 31)) + (ki << 47);
+    const double z = __fma_rn(r, 0x1.c6af84b912394p-20, 0x1.ebfce50fac4f3p-13);
+    const double r2 = __dmul_rn(r, r);
+    double y = __fma_rn(r, 0x1.62e42ff0c52d6p-6, 1.0);
+    y = __fma_rn(z, r2, y);
+    y = __dmul_rn(y, __longlong_as_double(static_cast<long long>(t)));
+    float res = __double2float_rn(y);
+    const uint32_t b = __float_as_uint(x), abstop = (b >> 20) & 0x7ffu;
+    if (abstop >= 0x42bu) {  // |x| ≥ 88, ±Inf, NaN
+        if (b == 0xff800000u)
+            res = 0.0f;
+        else if (abstop >= 0x7f8u)
+            res = __fadd_rn(x, x);
+        else if (x > 0x1.62e42ep6f)
+            res = INFINITY;
+        else if (x < -0x1.9fe368p6f)
+            res = 0.0f;
+        else if (x < -0x1.9d1d9ep6f)
+            res = 0x1p-149f;
+    }
+    return res;
 }
 
-// logits: [n_tokens, ne] T; ids: i32 [n_tokens, k]; w: f32 [n_tokens, k]. Dynamic smem: WARPS·ne f32.
-template <class T>
-__global__ void __launch_bounds__(WARPS * 32) moe_route_kernel(const T* logits, int32_t* ids, float* w, int n_tokens,
-                                                               int ne, int k, bool renorm) {
-    extern __shared__ float smem[];
+// The CPU scan's preference (a number beats a NaN, a larger p beats a smaller one, then the lower
+// index wins; -0 = +0) as one integer order: a beats b iff key(a) > key(b). High word: p mapped to
+// an order-preserving u32 (NaN 0, the lowest); low word: ~e. Keys of distinct experts differ, and
+// every key is > 0 (the key of an absent entry).
+__device__ __forceinline__ uint64_t order_key(float p, int e) {
+    uint32_t b = __float_as_uint(p), hi;
+    if (isnan(p))
+        hi = 0;
+    else if (b >> 31)
+        hi = 0x80000000u - (b & 0x7fffffffu);
+    else
+        hi = 0x80000000u + b;
+    return (uint64_t(hi) << 32) | uint64_t(~uint32_t(e));
+}
+
+// ((0 + v[0]) + v[1]) + … + v[n4 - 1] in f32, one add at a time; v: shared, 16-byte aligned, n4 % 4 == 0.
+// Loads run one 32-value chunk ahead of the adds.
+__device__ __forceinline__ float sequential_sum(const float* v, int n4) {
+    const float4* q = reinterpret_cast<const float4*>(v);
+    const int n = n4 >> 2;
+    float4 cur[8], nxt[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) cur[u] = u < n ? q[u] : make_float4(0, 0, 0, 0);
+    float s = 0.0f;
+    for (int i = 0; i < n; i += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) nxt[u] = i + 8 + u < n ? q[i + 8 + u] : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (i + u < n) {
+                s = __fadd_rn(s, cur[u].x), s = __fadd_rn(s, cur[u].y);
+                s = __fadd_rn(s, cur[u].z), s = __fadd_rn(s, cur[u].w);
+            }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) cur[u] = nxt[u];
+    }
+    return s;
+}
+
+// Shared memory per warp, in 4-byte words: p [n4] (n4 = ne rounded up to 4), candidates u64 [cap]
+// (cap = min(k·EPL, ne)), slot weights f32 [k], slot ids i32 [k]; rounded up to 4 words.
+__host__ __device__ inline int route_words(int ne, int k, int epl) {
+    int n4 = (ne + 3) & ~3, cap = min(k * epl, ne);
+    return (n4 + 2 * cap + 2 * k + 3) & ~3;
+}
+
+// logits: [n_tokens, ne] T; ids: i32 [n_tokens, k]; w: f32 [n_tokens, k]. Lane l holds experts
+// l + 32·j, j < EPL (ne ≤ 32·EPL), in registers. Top-k: the k-th best of the 32 lane maxima is a
+// threshold every top-k expert reaches (k distinct experts reach it); the experts at or above it
+// (≤ k·EPL) are ranked against each other, and rank r < k is slot r.
+template <class T, int EPL>
+__global__ void __launch_bounds__(128) moe_route_kernel(const T* __restrict__ logits, int32_t* __restrict__ ids,
+                                                        float* __restrict__ w, int n_tokens, int ne, int k, bool renorm,
+                                                        int words) {
+    extern __shared__ __align__(16) float smem[];
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t = blockIdx.x * WARPS + warp;
+    const int t = blockIdx.x * int(blockDim.x >> 5) + warp;
     if (t >= n_tokens) return;
-    float* p = smem + size_t(warp) * ne;
-    const T* row = logits + size_t(t) * ne;
+    const int n4 = (ne + 3) & ~3, cap = min(k * EPL, ne);
+    float* ps = smem + size_t(warp) * size_t(words);
+    uint64_t* cand = reinterpret_cast<uint64_t*>(ps + n4);
+    float* slot_w = ps + n4 + 2 * cap;
+    int* slot_id = reinterpret_cast<int*>(slot_w + k);
+
+    const T* row = logits + size_t(t) * size_t(ne);
+    const uint64_t tab = k_exp2_table[lane];
+    float v[EPL];
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) v[j] = lane + 32 * j < ne ? to_f32(row[lane + 32 * j]) : -INFINITY;
     float mx = -INFINITY;
-    for (int e = lane; e < ne; e += 32) {
-        p[e] = to_f32(row[e]);
-        mx = fmaxf(mx, p[e]);
-    }
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) mx = fmaxf(mx, v[j]);
     mx = warp_max(mx);
-    __syncwarp();
-    if (isnan(p[0])) mx = p[0];  // the CPU's running max starts at p[0] and never leaves a NaN
-    for (int e = lane; e < ne; e += 32) p[e] = float(exp(double(__fsub_rn(p[e], mx))));
-    __syncwarp();
-    float sum = 0.0f;
-    if (lane == 0) {
-#pragma unroll 8
-        for (int e = 0; e < ne; ++e) sum = __fadd_rn(sum, p[e]);
+    const float l0 = __shfl_sync(FULL, v[0], 0);
+    if (isnan(l0)) mx = l0;  // the CPU's running max starts at logit 0 and never leaves a NaN
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
+        const int e = lane + 32 * j;
+        const float ex = glibc_expf(__fsub_rn(v[j], mx), tab);
+        v[j] = e < ne ? ex : 0.0f;
+        if (e < n4) ps[e] = v[j];  // zero padding: s + 0 = s for every s ≥ +0 or NaN
     }
-    sum = __shfl_sync(0xffffffffu, sum, 0);
-    for (int e = lane; e < ne; e += 32) p[e] = __fdiv_rn(p[e], sum);
     __syncwarp();
-    float sel = 0.0f, wsum = 0.0f;  // lane s < k keeps slot s's weight
-    uint64_t taken = 0;             // bit j: this lane's entry lane + 32·j was picked (ne ≤ 2048)
-    for (int s = 0; s < k; ++s) {
-        float bp = 0.0f;
-        int bi = -1;
-        for (int e = lane, j = 0; e < ne; e += 32, ++j)
-            if (!((taken >> j) & 1) && better(p[e], e, bp, bi)) bp = p[e], bi = e;
-        for (int o = 16; o > 0; o >>= 1) {
-            float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (better(op, oi, bp, bi)) bp = op, bi = oi;
+    float sum = lane == 0 ? sequential_sum(ps, n4) : 0.0f;
+    sum = __shfl_sync(FULL, sum, 0);
+    __syncwarp();
+    uint64_t best = 0;
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
+        const int e = lane + 32 * j;
+        if (e < ne) {
+            v[j] = __fdiv_rn(v[j], sum);
+            ps[e] = v[j];
+            const uint64_t key = order_key(v[j], e);
+            best = key > best ? key : best;
         }
-        if (lane == 0) ids[size_t(t) * k + s] = bi;
-        if (lane == s) sel = bp;
-        if (lane == (bi & 31)) taken |= uint64_t(1) << (bi >> 5);
-        if (lane == 0) wsum = __fadd_rn(wsum, bp);
     }
-    if (renorm) {
-        wsum = __shfl_sync(0xffffffffu, wsum, 0);
-        sel = __fdiv_rn(sel, wsum);
+    int r = 0;  // this lane's maximum's rank among the lane maxima (absent lanes: 0, rank ≥ k)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) r += __shfl_sync(FULL, best, i) > best ? 1 : 0;
+    const unsigned kth = __ballot_sync(FULL, r == k - 1);
+    const uint64_t thr = __shfl_sync(FULL, best, __ffs(int(kth)) - 1);
+    const unsigned below = (1u << lane) - 1u;
+    int n_cand = 0;
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
+        const int e = lane + 32 * j;
+        const uint64_t key = e < ne ? order_key(v[j], e) : 0;
+        const bool c = key >= thr;
+        const unsigned bal = __ballot_sync(FULL, c);
+        if (c) cand[n_cand + __popc(bal & below)] = key;
+        n_cand += __popc(bal);
     }
-    if (lane < k) w[size_t(t) * k + lane] = sel;
+    __syncwarp();
+    for (int c = lane; c < n_cand; c += 32) {
+        const uint64_t kc = cand[c];
+        int rank = 0;
+        for (int i = 0; i < n_cand; ++i) rank += cand[i] > kc ? 1 : 0;
+        if (rank < k) {
+            const int e = int(~uint32_t(kc));
+            slot_id[rank] = e;
+            slot_w[rank] = ps[e];
+        }
+    }
+    __syncwarp();
+    if (lane < k) {
+        float x = slot_w[lane];
+        if (renorm) {
+            float s = 0.0f;
+            for (int i = 0; i < k; ++i) s = __fadd_rn(s, slot_w[i]);
+            x = __fdiv_rn(x, s);
+        }
+        ids[size_t(t) * size_t(k) + size_t(lane)] = slot_id[lane];
+        w[size_t(t) * size_t(k) + size_t(lane)] = x;
+    }
+}
+
+// Experts per lane: the smallest of 1, 2, 4, 8, 64 with 32·EPL ≥ ne (ne ≤ 2048).
+template <class F> void with_epl(int64_t ne, F&& f) {
+    if (ne <= 32)
+        f(std::integral_constant<int, 1>{});
+    else if (ne <= 64)
+        f(std::integral_constant<int, 2>{});
+    else if (ne <= 128)
+        f(std::integral_constant<int, 4>{});
+    else if (ne <= 256)
+        f(std::integral_constant<int, 8>{});
+    else
+        f(std::integral_constant<int, 64>{});
 }
 
 }  // namespace
@@ -84,14 +221,21 @@ static void moe_route_launch(backend& be, const moe_route_args& a) {
     if (a.n_tokens == 0) return;
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        size_t smem = size_t(WARPS) * size_t(a.n_expert) * sizeof(float);
-        launch_pdl(be, moe_route_kernel<T>, dim3(unsigned((a.n_tokens + WARPS - 1) / WARPS)), dim3(WARPS * 32), smem,
-                   a.logits.ptr<const T>(), a.topk_ids.ptr<int32_t>(), a.topk_weights.ptr<float>(), int(a.n_tokens),
-                   int(a.n_expert), int(a.k), a.norm_topk_prob);
+        with_epl(a.n_expert, [&](auto epl) {
+            constexpr int EPL = decltype(epl)::value;
+            // Up to 4 warps (tokens) per CTA; one for ne > 256 (≤ 25 KB of shared memory per warp).
+            const int64_t warps = EPL > 8 ? 1 : std::min<int64_t>(4, a.n_tokens);
+            const int words = route_words(int(a.n_expert), int(a.k), EPL);
+            const size_t smem = size_t(warps) * size_t(words) * sizeof(float);
+            launch_pdl(be, moe_route_kernel<T, EPL>, dim3(unsigned((a.n_tokens + warps - 1) / warps)),
+                       dim3(unsigned(warps * 32)), smem, a.logits.ptr<const T>(), a.topk_ids.ptr<int32_t>(),
+                       a.topk_weights.ptr<float>(), int(a.n_tokens), int(a.n_expert), int(a.k), a.norm_topk_prob,
+                       words);
+        });
     });
 }
 
-// k ≤ 32 (one slot per lane), n_expert ≤ 2048 (WARPS·n_expert f32 of shared memory).
+// k ≤ 32 (one slot per lane), n_expert ≤ 2048 (64 experts per lane).
 static std::string moe_route_accepts(const moe_route_args& a) {
     if (a.k > 32) return "k = " + std::to_string(a.k) + " > 32 experts per token";
     if (a.n_expert > 2048) return "n_expert = " + std::to_string(a.n_expert) + " > 2048";

@@ -2,7 +2,8 @@
 // against double references in tests/backend/test_moe_ops.cpp) on the same inputs: route and
 // permute bit-exact, combine bit-exact (same f32 operation order, no contraction), the grouped
 // matmuls within an NMSE bound set by bf16 output rounding, every CUDA W4A16 kernel forced in turn;
-// odd shapes, k = 1/2/8, n_expert 4/8/128, 1/3/64 tokens, experts receiving no rows, NaN logits,
+// odd shapes, k = 1/2/8, n_expert 4/8/128, 1/3/64 tokens, experts receiving no rows, NaN logits (and a
+// route stress test: n_expert 8–2048, k ≤ 32, 1–300 tokens, ties, NaN/±Inf rows, f32 near ties),
 // NaN/Inf in x and NaN weight scales. Then determinism, per W4A16 kernel: a grouped-matmul row is
 // bit-identical alone and inside a 200-row batch; a token's MoE block output on the GPU is
 // bit-identical alone and inside a batch of 64, and over 200 repeats.
@@ -106,6 +107,85 @@ TEST(moe_ops_gpu, route_equals_cpu_bitwise) {
                 ++n_cases;
             }
     EXPECT_EQ(n_cases, 60);
+}
+
+namespace {
+
+constexpr int k_route_kinds = 12;
+
+// One token's router logits of one kind (the CPU's ordering and NaN rules under stress).
+std::vector<double> route_row(rng& r, int kind, int64_t ne, int64_t t) {
+    std::vector<double> x(static_cast<size_t>(ne));
+    for (int64_t e = 0; e < ne; ++e) {
+        double n = 3 * r.normal();
+        switch (kind) {
+            case 0: x[size_t(e)] = n; break;                                        // continuous
+            case 1: x[size_t(e)] = double(r.randint(-8, 8)) / 8; break;             // many exact ties
+            case 2: x[size_t(e)] = 0.5; break;                                      // all equal
+            case 3: x[size_t(e)] = 13 * n; break;                                   // most p underflow to 0
+            case 4: x[size_t(e)] = r.randint(0, 3) ? n : NAN; break;                // NaN scattered
+            case 5: x[size_t(e)] = r.randint(0, 9) ? NAN : n; break;                // mostly NaN (< k numbers)
+            case 6: x[size_t(e)] = r.randint(0, 1) ? -INFINITY : n; break;          // half -inf (p = 0)
+            case 7: x[size_t(e)] = 1.0 + double(r.randint(0, 3)) * 0x1p-23; break;  // f32: 1-ulp near ties
+            case 8: x[size_t(e)] = e == 0 ? NAN : n; break;                         // NaN at expert 0: all NaN
+            case 9: x[size_t(e)] = n; break;                                        // one +inf below
+            case 10: x[size_t(e)] = -INFINITY; break;                               // all -inf: all NaN
+            default: x[size_t(e)] = e % 32 == t % 32 ? 5 + n : n - 5; break;        // top experts on one lane
+        }
+    }
+    if (kind == 4 || kind == 5) x[0] = 3 * r.normal();  // a number at expert 0: the max is a number
+    if (kind == 9) x[size_t(r.randint(1, ne - 1))] = INFINITY;
+    return x;
+}
+
+}  // namespace
+
+// The route against moe_route_cpu bit for bit over n_expert 8/60/64/128/256/300/2048 (every
+// experts-per-lane variant, partial lanes), k 1/2/8/32, 1–300 tokens (1..4 warps per CTA, many
+// CTAs), bf16 and f32 logits (f16 too at 128/8), renorm on and off, and 12 row kinds: continuous,
+// exact ties, all equal, p underflowing to 0, NaN scattered / mostly NaN / at expert 0, -inf, +inf,
+// all -inf, 1-ulp f32 near ties (equal p after the division), and the top experts all on one lane.
+// Up to 7 tokens: every row of one kind; more tokens: row t of kind t mod 12.
+TEST(moe_ops_gpu, route_stress_equals_cpu_bitwise) {
+    rng r(303);
+    int n_cases = 0;
+    for (int64_t ne : {8, 60, 64, 128, 256, 300, 2048})
+        for (int64_t k : {1, 2, 8, 32}) {
+            if (k > ne) continue;
+            const bool main_shape = ne == 128 && k == 8;
+            std::vector<int64_t> nts = {1, 7, 64, 300};
+            if (main_shape) nts = {1, 2, 3, 4, 5, 7, 8, 31, 33, 64, 65, 127, 300};
+            std::vector<dtype> types = {dtype::BF16, dtype::F32};
+            if (main_shape) types.push_back(dtype::F16);
+            for (int64_t nt : nts)
+                for (dtype type : types)
+                    for (int kind = nt <= 7 ? 0 : -1; kind < (nt <= 7 ? k_route_kinds : 0); ++kind)
+                        for (bool norm : {false, true}) {
+                            std::string vars = "n_expert=" + std::to_string(ne) + " k=" + std::to_string(k) +
+                                               " n_tokens=" + std::to_string(nt) + " " + dtype_name(type) +
+                                               " kind=" + std::to_string(kind) + " norm=" + std::to_string(norm);
+                            std::vector<double> v;
+                            for (int64_t t = 0; t < nt; ++t) {
+                                std::vector<double> row = route_row(r, kind >= 0 ? kind : int(t % k_route_kinds), ne, t);
+                                v.insert(v.end(), row.begin(), row.end());
+                            }
+                            tensor logits = make_tensor(type, {nt, ne}, v);
+                            tensor ids_c = tensor::alloc(dtype::I32, {nt, k}), w_c = tensor::alloc(dtype::F32, {nt, k});
+                            moe_route(cpu_be(), logits, norm, ids_c, w_c);
+                            gpu_guarded ids_g = make_gpu_guarded(dtype::I32, {nt, k});
+                            gpu_guarded w_g = make_gpu_guarded(dtype::F32, {nt, k});
+                            moe_route(gpu_be(), to_gpu(logits), norm, ids_g.view, w_g.view);
+                            bool ok1 = false, ok2 = false;
+                            tensor ids = ids_g.result(&ok1), w = w_g.result(&ok2);
+                            EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
+                            EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
+                            EXPECT_EQ(same_f32(w, w_c), "") << vars;
+                            ++n_cases;
+                        }
+        }
+    // 26 (n_expert, k) pairs × 2 dtypes × 2 norms × (2 small token counts × 12 kinds + 2 mixed), and
+    // 128/8: 3 dtypes × 2 norms × (6 small token counts × 12 kinds + 7 mixed).
+    EXPECT_EQ(n_cases, 2 * (26 * 2 * (2 * 12 + 2) + 3 * (6 * 12 + 7)));
 }
 
 TEST(moe_ops_gpu, permute_equals_cpu) {
