@@ -84,8 +84,10 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // finishing (its launch and prologue overlap that kernel's tail; in CUDA graphs too). Every such
 // kernel must call pdl_wait() before its first global memory access (read or write): it returns
 // once the previous grid has completed and its writes are visible. pdl_trigger() lets the next
-// PDL kernel start launching (call it right after pdl_wait(): the next kernel waits in turn). Both
-// are no-ops below sm_90 and when the kernel was launched without the attribute.
+// PDL kernel start launching (call it right after pdl_wait(): the next kernel waits in turn). Not
+// earlier: triggering first thing lets a matmul launch while the previous matmul still fills the SMs,
+// and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 % slower; docs/perf.md). Both are
+// no-ops below sm_90 and when the kernel was launched without the attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -114,6 +116,26 @@ void launch_on(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cud
 template <class... KArgs, class... Args>
 void launch_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
     launch_on(kernel, grid, block, smem, stream_of(be), pdl_enabled(be), std::forward<Args>(args)...);
+}
+
+// ---- exp for d <= 0 (backend/sampling.h sampler_exp, step by step: the host's bit tricks are
+// selects, the result is the same bits). Used by sample_rows and moe_route, whose CPU oracles call
+// sampler_exp, so exp is tetra's own arithmetic on both sides rather than a libm's.
+__device__ __forceinline__ float sampler_exp_dev(float d) {
+    if (d < -87.0f) return 0.0f;  // incl. -inf
+    const float t = __fmul_rn(d, 1.44269504f);
+    const float k = __fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
+    float r = __fsub_rn(d, __fmul_rn(k, 0.693359375f));
+    r = __fsub_rn(r, __fmul_rn(k, -2.12194440e-4f));
+    float p = __uint_as_float(0x39500d01u);               // float(1/5040)
+    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3ab60b61u));  // 1/720
+    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3c088889u));  // 1/120
+    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3d2aaaabu));  // 1/24
+    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3e2aaaabu));  // 1/6
+    p = __fadd_rn(__fmul_rn(p, r), 0.5f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+    return __fmul_rn(p, __int_as_float((int(k) + 127) << 23));
 }
 
 // ---- rope (rope_sm80.cu, qkv_rope_store_sm80.cu: one arithmetic, so the two agree bit for bit) ------

@@ -1,6 +1,6 @@
 // moe_route_sm80: the router on the GPU, one warp per token, mirroring moe_route_cpu's f32 operation
 // order: max (order-free; NaN iff logit 0 is NaN, as the CPU's running max), exp(l - max) by
-// glibc's expf arithmetic (the x86-64 FMA build the CPU oracle calls), Σ sequential in expert order
+// sampler_exp's arithmetic (backend/sampling.h, as the CPU oracle), Σ sequential in expert order
 // (lane 0), one IEEE division per expert, top-k by rank under the CPU scan's order (no dependent
 // argmax rounds), renormalization Σ in slot order.
 #include <algorithm>
@@ -16,51 +16,9 @@ namespace {
 
 constexpr unsigned FULL = 0xffffffffu;
 
-// T[i] = bits(RN(2^(i/32))) - i·2^47: glibc's expf table (2^(i/32) to nearest, checked with 50-digit
-// arithmetic), one entry per lane.
-__device__ const uint64_t k_exp2_table[32] = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
-    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
-    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
-    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
-    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
-    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
-
-// expf(x) as glibc computes it on x86-64 with FMA (its ifunc choice on every FMA host): in double,
-// x·32/ln2 split into k + r (k via the 1.5·2^52 shift), 2^(k/32) from the table (`tab`: this lane's
-// entry, fetched by shuffle; every lane must call), a degree-3 polynomial in r with the same fused
-// multiply-adds, rounded once to f32; |x| ≥ 88 and NaN take glibc's special cases. The f32 result
-// matched the host libm's expf (glibc 2.36) bit for bit on all 2^32 inputs (a host-side check).
-__device__ __forceinline__ float glibc_expf(float x, uint64_t tab) {
-    const double inv_ln2_n = 0x1.71547652b82fep+5, shift = 0x1.8p52;
-    const double xd = double(x);
-    const double kds = __fma_rn(inv_ln2_n, xd, shift);
-    const uint64_t ki = uint64_t(__double_as_longlong(kds));
-    const double kd = __dsub_rn(kds, shift);
-    const double r = __fma_rn(inv_ln2_n, xd, -kd);
-    const uint64_t t = __shfl_sync(FULL, tab, int(ki & 31)) + (ki << 47);
-    const double z = __fma_rn(r, 0x1.c6af84b912394p-20, 0x1.ebfce50fac4f3p-13);
-    const double r2 = __dmul_rn(r, r);
-    double y = __fma_rn(r, 0x1.62e42ff0c52d6p-6, 1.0);
-    y = __fma_rn(z, r2, y);
-    y = __dmul_rn(y, __longlong_as_double(static_cast<long long>(t)));
-    float res = __double2float_rn(y);
-    const uint32_t b = __float_as_uint(x), abstop = (b >> 20) & 0x7ffu;
-    if (abstop >= 0x42bu) {  // |x| ≥ 88, ±Inf, NaN
-        if (b == 0xff800000u)
-            res = 0.0f;
-        else if (abstop >= 0x7f8u)
-            res = __fadd_rn(x, x);
-        else if (x > 0x1.62e42ep6f)
-            res = INFINITY;
-        else if (x < -0x1.9fe368p6f)
-            res = 0.0f;
-        else if (x < -0x1.9d1d9ep6f)
-            res = 0x1p-149f;
-    }
-    return res;
-}
+// exp(l − max) as moe_route_cpu computes it: NaN → NaN + NaN (the quiet NaN the CPU gets), else
+// sampler_exp (d ≤ 0 here: l ≤ max for every number) — tetra's own f32 arithmetic on both sides.
+__device__ __forceinline__ float route_exp(float d) { return isnan(d) ? __fadd_rn(d, d) : sampler_exp_dev(d); }
 
 // The CPU scan's preference (a number beats a NaN, a larger p beats a smaller one, then the lower
 // index wins; -0 = +0) as one integer order: a beats b iff key(a) > key(b). High word: p mapped to
@@ -129,7 +87,6 @@ __global__ void __launch_bounds__(128) moe_route_kernel(const T* __restrict__ lo
     int* slot_id = reinterpret_cast<int*>(slot_w + k);
 
     const T* row = logits + size_t(t) * size_t(ne);
-    const uint64_t tab = k_exp2_table[lane];
     float v[EPL];
 #pragma unroll
     for (int j = 0; j < EPL; ++j) v[j] = lane + 32 * j < ne ? to_f32(row[lane + 32 * j]) : -INFINITY;
@@ -142,7 +99,7 @@ __global__ void __launch_bounds__(128) moe_route_kernel(const T* __restrict__ lo
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
         const int e = lane + 32 * j;
-        const float ex = glibc_expf(__fsub_rn(v[j], mx), tab);
+        const float ex = route_exp(__fsub_rn(v[j], mx));
         v[j] = e < ne ? ex : 0.0f;
         if (e < n4) ps[e] = v[j];  // zero padding: s + 0 = s for every s ≥ +0 or NaN
     }

@@ -19,24 +19,6 @@ constexpr int k_list = 1024;  // candidates compacted into shared memory
 
 typedef unsigned long long u64;
 
-// sampler_exp, step by step (the host's bit tricks are selects; the result is the same).
-__device__ __forceinline__ float exp_dev(float d) {
-    if (d < -87.0f) return 0.0f;  // incl. -inf
-    const float t = __fmul_rn(d, 1.44269504f);
-    const float k = __fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
-    float r = __fsub_rn(d, __fmul_rn(k, 0.693359375f));
-    r = __fsub_rn(r, __fmul_rn(k, -2.12194440e-4f));
-    float p = __uint_as_float(0x39500d01u);               // float(1/5040)
-    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3ab60b61u));  // 1/720
-    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3c088889u));  // 1/120
-    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3d2aaaabu));  // 1/24
-    p = __fadd_rn(__fmul_rn(p, r), __uint_as_float(0x3e2aaaabu));  // 1/6
-    p = __fadd_rn(__fmul_rn(p, r), 0.5f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
-    return __fmul_rn(p, __int_as_float((int(k) + 127) << 23));
-}
-
 __device__ __forceinline__ u64 random_bits_dev(u64 seed, long long step) {
     u64 z = seed + (u64(step) + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -221,7 +203,7 @@ struct q_weight {
     u64 cut;
     __device__ u64 operator()(float xi, u64 key) const {
         if (!(xi >= x_k) || key < cut) return 0;
-        const float w = exp_dev(__fsub_rn(xi, m));
+        const float w = sampler_exp_dev(__fsub_rn(xi, m));
         if (min_p > 0.0f && !(w >= min_p)) return 0;
         return u64(__float2ull_rz(__fmul_rn(w, 1099511627776.0f)));  // floor(w * 2^40), exact scaling
     }
