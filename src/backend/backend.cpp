@@ -12,6 +12,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "backend/op_checks.h"
 #include "backend/ops.h"
 #include "core/error.h"
 
@@ -89,7 +90,9 @@ tensor rope_inv_freq(const rope_params& p, int64_t head_dim) {
 
 static bool is_float_act(dtype t) { return t == dtype::F32 || t == dtype::BF16 || t == dtype::F16; }
 
-static void check_on(const backend& b, const tensor& t, const char* op, const char* name) {
+namespace op_checks {
+
+void check_on(const backend& b, const tensor& t, const char* op, const char* name) {
     TETRA_CHECK(t.device == b.device().kind, "%s: tensor '%s' %s lives on %s; the backend runs on %s", op, name,
                 t.shape_str().c_str(), t.device == device_kind::CPU ? "cpu" : "cuda",
                 b.device().kind == device_kind::CPU ? "cpu" : "cuda");
@@ -97,28 +100,32 @@ static void check_on(const backend& b, const tensor& t, const char* op, const ch
                 t.shape_str().c_str());
 }
 
-static void check_act(const tensor& t, const char* op, const char* name) {
+void check_act(const tensor& t, const char* op, const char* name) {
     TETRA_CHECK(is_float_act(t.type), "%s: '%s' has dtype %s; expected f32|bf16|f16", op, name, dtype_name(t.type));
 }
 
-static void check_dtype(const tensor& t, dtype want, const char* op, const char* name) {
+void check_dtype(const tensor& t, dtype want, const char* op, const char* name) {
     TETRA_CHECK(t.type == want, "%s: '%s' has dtype %s; expected %s", op, name, dtype_name(t.type), dtype_name(want));
 }
 
-static void check_shape(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name) {
+void check_shape(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name) {
     TETRA_CHECK(t.shape == want, "%s: '%s' has shape %s; expected %s", op, name, t.shape_str().c_str(),
                 shape_str(want).c_str());
 }
 
-static void check_rank(const tensor& t, int rank, const char* op, const char* name) {
+void check_rank(const tensor& t, int rank, const char* op, const char* name) {
     TETRA_CHECK(t.rank() == rank, "%s: '%s' has shape %s; expected rank %d", op, name, t.shape_str().c_str(), rank);
 }
 
-static int64_t ptr_align(std::initializer_list<const tensor*> ts) {
+int64_t ptr_align(std::initializer_list<const tensor*> ts) {
     uintptr_t bits = 256;
     for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
     return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256
 }
+
+}  // namespace op_checks
+
+using namespace op_checks;
 
 namespace {
 std::atomic<bool> g_profiling{false};
@@ -149,7 +156,7 @@ double backend::time_op(const std::function<void()>& fn) {
 
 // The tensors in `ts` are the op's operands (the last is the output or, for matmul, the weight):
 // the profile key is the kernel and the last operand's shape.
-static void run(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
+void op_checks::run_op(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
     a.align = ptr_align(ts);
     const kernel_entry& k = kernel_registry::instance().select(op, b.device(), a);
     if (!g_profiling) {
@@ -177,7 +184,7 @@ void backend::get_rows(const tensor& src, const tensor& ids, const tensor& out) 
     check_act(out, op, "out"), check_shape(out, {ids.dim(0), src.dim(1)}, op, "out");
     get_rows_args a;
     a.act = out.type, a.src = src, a.ids = ids, a.out = out;
-    run(*this, op, a, {&src, &ids, &out});
+    run_op(*this, op, a, {&src, &ids, &out});
 }
 
 static int64_t last_dim(const tensor& t) { return t.rank() ? t.dim(-1) : 0; }
@@ -190,7 +197,7 @@ void backend::rms_norm(const tensor& x, const tensor& w, float eps, const tensor
     check_shape(w, {last_dim(x)}, op, "w"), check_shape(out, x.shape, op, "out");
     rms_norm_args a;
     a.act = x.type, a.x = x, a.w = w, a.out = out, a.eps = eps;
-    run(*this, op, a, {&x, &w, &out});
+    run_op(*this, op, a, {&x, &w, &out});
 }
 
 void backend::add_rms_norm(const tensor& residual, const tensor& x, const tensor& w, float eps, const tensor& out) {
@@ -204,7 +211,7 @@ void backend::add_rms_norm(const tensor& residual, const tensor& x, const tensor
     check_shape(w, {last_dim(residual)}, op, "w");
     add_rms_norm_args a;
     a.act = residual.type, a.residual = residual, a.x = x, a.w = w, a.out = out, a.eps = eps;
-    run(*this, op, a, {&residual, &x, &w, &out});
+    run_op(*this, op, a, {&residual, &x, &w, &out});
 }
 
 void backend::rope(const tensor& q, const tensor& k, const tensor& positions, const tensor& inv_freq) {
@@ -221,7 +228,7 @@ void backend::rope(const tensor& q, const tensor& k, const tensor& positions, co
                 (long long)(q.dim(2) / 2));
     rope_args a;
     a.act = q.type, a.q = q, a.k = k, a.positions = positions, a.inv_freq = inv_freq;
-    run(*this, op, a, {&q, &k, &positions, &inv_freq});
+    run_op(*this, op, a, {&q, &k, &positions, &inv_freq});
 }
 
 void backend::kv_store(const tensor& k, const tensor& v, const tensor& k_cache, const tensor& v_cache,
@@ -238,7 +245,7 @@ void backend::kv_store(const tensor& k, const tensor& v, const tensor& k_cache, 
     check_shape(slot_mapping, {k.dim(0)}, op, "slot_mapping"), check_dtype(slot_mapping, dtype::I32, op, "slot_mapping");
     kv_store_args a;
     a.act = k.type, a.k = k, a.v = v, a.k_cache = k_cache, a.v_cache = v_cache, a.slot_mapping = slot_mapping;
-    run(*this, op, a, {&k, &v, &k_cache, &v_cache, &slot_mapping});
+    run_op(*this, op, a, {&k, &v, &k_cache, &v_cache, &slot_mapping});
 }
 
 static qkv_rope_store_args qkv_rope_store_checked(const backend& b, const tensor& qkv, const tensor& q_norm,
@@ -277,7 +284,7 @@ void backend::qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tens
                              const tensor& k_cache, const tensor& v_cache, const tensor& slot_mapping) {
     qkv_rope_store_args a = qkv_rope_store_checked(*this, qkv, q_norm, k_norm, eps, positions, inv_freq, q_out,
                                                    k_cache, v_cache, slot_mapping);
-    run(*this, "qkv_rope_store", a, {&qkv, &q_out, &k_cache, &v_cache});
+    run_op(*this, "qkv_rope_store", a, {&qkv, &q_out, &k_cache, &v_cache});
 }
 
 bool backend::has_qkv_rope_store(const tensor& qkv, const tensor& q_norm, const tensor& k_norm,
@@ -327,7 +334,7 @@ void backend::attention(const tensor& q, const tensor& k_cache, const tensor& v_
     attention_args a;
     a.act = q.type, a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out, a.meta = meta;
     a.scale = scale, a.sliding_window = sliding_window;
-    run(*this, op, a, {&q, &k_cache, &v_cache, &out});
+    run_op(*this, op, a, {&q, &k_cache, &v_cache, &out});
 }
 
 // AUTO: W4A4 when the checkpoint has an input scale and this device has a W4A4 kernel (native
@@ -382,7 +389,7 @@ void backend::matmul(const tensor& x, const linear_weight& w, const tensor& out,
                        : mode == matmul_mode::W4A16 ? "matmul_nvfp4_w4a16"
                                                     : "matmul_nvfp4_w4a4";
     const tensor& wt = mode == matmul_mode::DENSE ? w.dense : w.codes;
-    run(*this, name, a, {&x, &out, &wt});
+    run_op(*this, name, a, {&x, &out, &wt});
 }
 
 void backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
@@ -392,7 +399,7 @@ void backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) 
     check_shape(up, gate.shape, op, "up"), check_shape(out, gate.shape, op, "out");
     silu_mul_args a;
     a.act = gate.type, a.gate = gate, a.up = up, a.out = out;
-    run(*this, op, a, {&gate, &up, &out});
+    run_op(*this, op, a, {&gate, &up, &out});
 }
 
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {
@@ -402,7 +409,7 @@ void backend::add(const tensor& x, const tensor& y, const tensor& out) {
     check_shape(y, x.shape, op, "b"), check_shape(out, x.shape, op, "out");
     add_args a;
     a.act = x.type, a.a = x, a.b = y, a.out = out;
-    run(*this, op, a, {&x, &y, &out});
+    run_op(*this, op, a, {&x, &y, &out});
 }
 
 void backend::argmax(const tensor& x, const tensor& out) {
@@ -413,7 +420,7 @@ void backend::argmax(const tensor& x, const tensor& out) {
     check_dtype(out, dtype::I32, op, "out"), check_shape(out, {x.dim(0)}, op, "out");
     argmax_args a;
     a.act = x.type, a.x = x, a.out = out;
-    run(*this, op, a, {&x, &out});
+    run_op(*this, op, a, {&x, &out});
 }
 
 void backend::cast(const tensor& src, const tensor& out) {
@@ -424,7 +431,7 @@ void backend::cast(const tensor& src, const tensor& out) {
                 src.shape_str().c_str(), out.shape_str().c_str());
     cast_args a;
     a.act = src.type, a.src = src, a.out = out;
-    run(*this, op, a, {&src, &out});
+    run_op(*this, op, a, {&src, &out});
 }
 
 void backend::quantize_nvfp4_act(const tensor& x, float global_quant, const tensor& codes, const tensor& scales) {
@@ -441,7 +448,7 @@ void backend::quantize_nvfp4_act(const tensor& x, float global_quant, const tens
                 double(global_quant));
     quantize_nvfp4_act_args a;
     a.act = x.type, a.x = x, a.codes = codes, a.scales = scales, a.global_quant = global_quant;
-    run(*this, op, a, {&x, &codes, &scales});
+    run_op(*this, op, a, {&x, &codes, &scales});
 }
 
 }  // namespace tetra

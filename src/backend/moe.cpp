@@ -6,44 +6,14 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "backend/op_checks.h"
 #include "core/error.h"
 
 namespace tetra {
 
+using namespace op_checks;
+
 namespace {
-
-const char* dev_name(device_kind d) { return d == device_kind::CPU ? "cpu" : "cuda"; }
-
-void check_on(const backend& b, const tensor& t, const char* op, const char* name) {
-    TETRA_CHECK(t.device == b.device().kind, "%s: tensor '%s' %s lives on %s; the backend runs on %s", op, name,
-                t.shape_str().c_str(), dev_name(t.device), dev_name(b.device().kind));
-    TETRA_CHECK(t.data != nullptr || t.numel() == 0, "%s: tensor '%s' %s has no data", op, name, t.shape_str().c_str());
-}
-
-void check_act(const tensor& t, const char* op, const char* name) {
-    TETRA_CHECK(t.type == dtype::F32 || t.type == dtype::BF16 || t.type == dtype::F16,
-                "%s: '%s' has dtype %s; expected f32|bf16|f16", op, name, dtype_name(t.type));
-}
-
-void check_dtype(const tensor& t, dtype want, const char* op, const char* name) {
-    TETRA_CHECK(t.type == want, "%s: '%s' has dtype %s; expected %s", op, name, dtype_name(t.type), dtype_name(want));
-}
-
-void check_shape(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name) {
-    TETRA_CHECK(t.shape == want, "%s: '%s' has shape %s; expected %s", op, name, t.shape_str().c_str(),
-                shape_str(want).c_str());
-}
-
-void check_rank(const tensor& t, int rank, const char* op, const char* name) {
-    TETRA_CHECK(t.rank() == rank, "%s: '%s' has shape %s; expected rank %d", op, name, t.shape_str().c_str(), rank);
-}
-
-void run(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
-    uintptr_t bits = 256;
-    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
-    a.align = int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256 (as backend.cpp)
-    kernel_registry::instance().select(op, b.device(), a).launch(b, a);
-}
 
 matmul_mode resolve_mode(const linear_weight& w, matmul_mode mode) {
     if (w.kind == linear_kind::DENSE) return matmul_mode::DENSE;
@@ -100,7 +70,7 @@ void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const ten
     moe_route_args a;
     a.act = logits.type, a.logits = logits, a.topk_ids = topk_ids, a.topk_weights = topk_weights;
     a.n_tokens = n_tokens, a.n_expert = n_expert, a.k = k, a.norm_topk_prob = norm_topk_prob;
-    run(be, op, a, {&logits, &topk_ids, &topk_weights});
+    run_op(be, op, a, {&logits, &topk_ids, &topk_weights});
 }
 
 void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
@@ -124,7 +94,7 @@ void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const te
     moe_permute_args a;
     a.act = dtype::I32, a.topk_ids = topk_ids, a.expert_counts = expert_counts, a.expert_offsets = expert_offsets;
     a.sorted_tokens = sorted_tokens, a.dest_rows = dest_rows, a.n_tokens = n_tokens, a.n_expert = n_expert, a.k = k;
-    run(be, op, a, {&topk_ids, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
+    run_op(be, op, a, {&topk_ids, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
 }
 
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,
@@ -148,7 +118,7 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
                        : mode == matmul_mode::W4A16 ? "moe_matmul_nvfp4_w4a16"
                                                     : "moe_matmul_nvfp4_w4a4";
     const tensor& wt = mode == matmul_mode::DENSE ? w0.dense : w0.codes;
-    run(be, name, a, {&x, &out, &wt});
+    run_op(be, name, a, {&x, &out, &wt});
 }
 
 void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights, const tensor& out,
@@ -173,7 +143,7 @@ void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const te
     moe_combine_args a;
     a.act = y.type, a.y = y, a.dest_rows = dest_rows, a.topk_weights = topk_weights, a.out = out;
     a.shared = shared, a.shared_gate = shared_gate, a.n_tokens = n_tokens, a.k = k, a.n = n;
-    run(be, op, a, {&y, &dest_rows, &topk_weights, &out});
+    run_op(be, op, a, {&y, &dest_rows, &topk_weights, &out});
 }
 
 }  // namespace tetra

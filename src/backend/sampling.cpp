@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <limits>
 
+#include "backend/op_checks.h"
 #include "core/error.h"
 
 #if defined(__clang__)
@@ -270,19 +271,12 @@ void apply_sample_entries(float* x, int32_t n, const sample_row& r, const sample
 
 // ---- op wrappers ----
 
+using namespace op_checks;
+
 namespace {
 
-const char* dev_name(device_kind d) { return d == device_kind::CPU ? "cpu" : "cuda"; }
-
-void check_on(const backend& b, const tensor& t, const char* op, const char* name) {
-    TETRA_CHECK(t.device == b.device().kind, "%s: tensor '%s' %s lives on %s; the backend runs on %s", op, name,
-                t.shape_str().c_str(), dev_name(t.device), dev_name(b.device().kind));
-    TETRA_CHECK(t.data != nullptr || t.numel() == 0, "%s: tensor '%s' %s has no data", op, name, t.shape_str().c_str());
-}
-
 void check_logits(const tensor& t, const char* op) {
-    TETRA_CHECK(t.type == dtype::F32 || t.type == dtype::BF16 || t.type == dtype::F16,
-                "%s: 'logits' has dtype %s; expected f32|bf16|f16", op, dtype_name(t.type));
+    check_act(t, op, "logits");
     TETRA_CHECK(t.rank() == 2, "%s: 'logits' has shape %s; expected rank 2 [n_rows, n_vocab]", op,
                 t.shape_str().c_str());
     TETRA_CHECK(t.dim(1) >= 1 && t.dim(1) <= sampler_max_vocab, "%s: 'logits' %s has n_vocab %lld; expected [1, %d]",
@@ -291,16 +285,7 @@ void check_logits(const tensor& t, const char* op) {
 }
 
 void check_i32(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name) {
-    TETRA_CHECK(t.type == dtype::I32, "%s: '%s' has dtype %s; expected i32", op, name, dtype_name(t.type));
-    TETRA_CHECK(t.shape == want, "%s: '%s' has shape %s; expected %s", op, name, t.shape_str().c_str(),
-                shape_str(want).c_str());
-}
-
-void run(backend& b, const char* op, op_args& a, std::initializer_list<const tensor*> ts) {
-    uintptr_t bits = 256;
-    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
-    a.align = int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256 (as backend.cpp)
-    kernel_registry::instance().select(op, b.device(), a).launch(b, a);
+    check_dtype(t, dtype::I32, op, name), check_shape(t, want, op, name);
 }
 
 }  // namespace
@@ -324,7 +309,7 @@ void sample_rows(backend& be, const tensor& logits, const tensor& rows, const te
     sample_rows_args a;
     a.act = logits.type, a.logits = logits, a.rows = rows, a.entries = entries, a.out = out;
     a.n_rows = n_rows, a.n_vocab = logits.dim(1), a.n_entries = n_entries;
-    run(be, op, a, {&logits, &rows, &out});
+    run_op(be, op, a, {&logits, &rows, &out});
 }
 
 void sample_guard_stats(backend& be, const tensor& logits, const tensor& stats) {
@@ -335,7 +320,7 @@ void sample_guard_stats(backend& be, const tensor& logits, const tensor& stats) 
     sample_guard_stats_args a;
     a.act = logits.type, a.logits = logits, a.stats = stats;
     a.n_rows = logits.dim(0), a.n_vocab = logits.dim(1);
-    run(be, op, a, {&logits, &stats});
+    run_op(be, op, a, {&logits, &stats});
 }
 
 namespace cpu {
