@@ -120,8 +120,10 @@ crossing_result crossing(const C* a, size_t n, uint64_t kmin, uint64_t kmax, std
     return {0, 0};
 }
 
-// max of x f32[n] (n >= 1) in 4 independent chains (the scalar max is latency-bound).
-float max_f32(const float* x, int32_t n) {
+}  // namespace
+
+// 4 independent chains (the scalar max is latency-bound).
+float sampler_max(const float* x, int32_t n) {
     float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int32_t i = 0;
     for (; i + 4 <= n; i += 4)
@@ -129,8 +131,6 @@ float max_f32(const float* x, int32_t n) {
     for (; i < n; ++i) mx[0] = x[i] > mx[0] ? x[i] : mx[0];
     return std::max(std::max(mx[0], mx[1]), std::max(mx[2], mx[3]));
 }
-
-}  // namespace
 
 int32_t sampler_argmax(const float* x, int32_t n) {
     int32_t best = 0;
@@ -159,7 +159,7 @@ int32_t row_sampler::filter(float* x, int32_t n, const sample_filter& p) {
         const float t = p.temperature;
         for (int32_t i = 0; i < n; ++i) x[i] = x[i] / t;
     }
-    const float m = max_f32(x, n);
+    const float m = sampler_max(x, n);
     if (!(m > -INFINITY)) return int32_t(sample_error::ALL_MASKED);
     if (!(m < INFINITY)) return int32_t(sample_error::TEMP_OVERFLOW);
     w_.resize(n);

@@ -147,6 +147,8 @@ class row_sampler {
 
 // Step 3 alone: argmax with ties -> lowest id. x: f32[n], n >= 1.
 int32_t sampler_argmax(const float* x, int32_t n);
+// The largest number in x f32[n] (n >= 1; a NaN never wins a comparison: -inf if all are NaN).
+float sampler_max(const float* x, int32_t n);
 // The first column holding NaN or +inf (what THE ALGORITHM rejects), -1 if none. x: f32[n]
 int32_t sampler_first_bad_logit(const float* x, int32_t n);
 

@@ -39,20 +39,10 @@ sample_filter filter_of(const sampling_params& p) {
     return f;
 }
 
-// max of x f32[n] (n >= 1) in 4 independent chains (the scalar max is latency-bound).
-float max_f32(const float* x, int32_t n) {
-    float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int32_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; ++j) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];
-    for (; i < n; ++i) mx[0] = x[i] > mx[0] ? x[i] : mx[0];
-    return std::max(std::max(mx[0], mx[1]), std::max(mx[2], mx[3]));
-}
-
 // Raw log-softmax pieces (vLLM raw_logprobs): log-sum-exp, top-n by logit (ties -> lowest id).
 // Not bit-exact across backends (the sum's order differs); accurate to ~1e-6.
 double log_sum_exp(const float* l, int32_t n, std::vector<float>& buf) {
-    const float m = max_f32(l, n);
+    const float m = sampler_max(l, n);
     buf.resize(n);
     float* w = buf.data();
     for (int32_t i = 0; i < n; ++i) w[i] = sampler_exp_inline(l[i] - m);
@@ -158,7 +148,7 @@ std::vector<sampler::kept_token> sampler::kept(float* logits, int32_t n_vocab, c
         std::vector<float> x(logits, logits + n_vocab);
         if (p.temperature != 1.0f)
             for (float& v : x) v = v / p.temperature;
-        const float m = max_f32(x.data(), n_vocab);
+        const float m = sampler_max(x.data(), n_vocab);
         throw_on_error(m > -INFINITY ? (m < INFINITY ? 0 : int32_t(sample_error::TEMP_OVERFLOW))
                                      : int32_t(sample_error::ALL_MASKED),
                        n_vocab, p);
