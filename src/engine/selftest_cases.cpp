@@ -17,6 +17,7 @@
 #include "backend/sampling.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/model.h"
 
 namespace tetra {
 namespace selftest_detail {
@@ -148,23 +149,10 @@ struct case_builder {
         cases.push_back(s);
     }
 
-    rope_params rope() const {
-        rope_params rp;
-        rp.theta = c.rope.theta;
-        if (c.rope.type == "llama3") {
-            rp.scaling = rope_scaling_type::LLAMA3;
-            rp.factor = c.rope.factor;
-            rp.low_freq_factor = c.rope.low_freq_factor;
-            rp.high_freq_factor = c.rope.high_freq_factor;
-            rp.original_max_position_embeddings = c.rope.original_max_position;
-        }
-        return rp;
-    }
-
     void rope_case() {
         int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
         int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
-        tensor inv = rope_inv_freq(rope(), hd);
+        tensor inv = rope_inv_freq(rope_params_of(c.rope), hd);
         dtype a = act;
         op_case k;
         k.op = "rope";
@@ -192,7 +180,7 @@ struct case_builder {
     void qkv_rope_store_case() {
         const int64_t nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim, H = nh + 2 * nkv;
         const int32_t last = int32_t(std::max<int64_t>(1, c.max_position) - 1);
-        const tensor inv = rope_inv_freq(rope(), hd);
+        const tensor inv = rope_inv_freq(rope_params_of(c.rope), hd);
         const dtype a = act;
         const float eps = c.rms_norm_eps;
         tensor qn, kn;

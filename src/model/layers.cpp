@@ -106,16 +106,7 @@ class dense_decoder final : public causal_lm {
         up_ = be.alloc(act_, {n, c.n_ff});
         last_ = be.alloc(act_, {n, c.n_embd});
         logits_ = be.alloc(act_, {n, c.n_vocab});
-        rope_params rp;
-        rp.theta = c.rope.theta;
-        if (c.rope.type == "llama3") {
-            rp.scaling = rope_scaling_type::LLAMA3;
-            rp.factor = c.rope.factor;
-            rp.low_freq_factor = c.rope.low_freq_factor;
-            rp.high_freq_factor = c.rope.high_freq_factor;
-            rp.original_max_position_embeddings = c.rope.original_max_position;
-        }
-        inv_freq_ = be.upload(rope_inv_freq(rp, c.head_dim));
+        inv_freq_ = be.upload(rope_inv_freq(rope_params_of(c.rope), c.head_dim));
         if (c.n_expert > 0) moe_ = std::make_unique<moe_ffn>(c, be, n, act_);
         bool any_qkv = false, any_gu = false;
         for (const auto& L : w_.layers) any_qkv |= L.fused_qkv, any_gu |= L.fused_gate_up;

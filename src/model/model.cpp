@@ -10,6 +10,19 @@ std::unique_ptr<causal_lm> create_qwen3(const model_config& c, model_weights& w,
 std::unique_ptr<causal_lm> create_qwen3_moe(const model_config& c, model_weights& w, backend& be,
                                             const model_options& opt);
 
+rope_params rope_params_of(const rope_config& r) {
+    rope_params rp;
+    rp.theta = r.theta;
+    if (r.type == "llama3") {
+        rp.scaling = rope_scaling_type::LLAMA3;
+        rp.factor = r.factor;
+        rp.low_freq_factor = r.low_freq_factor;
+        rp.high_freq_factor = r.high_freq_factor;
+        rp.original_max_position_embeddings = r.original_max_position;
+    }
+    return rp;
+}
+
 std::unique_ptr<causal_lm> create_model(const model_config& c, model_weights& w, backend& be, const model_options& opt) {
     TETRA_CHECK(opt.max_tokens >= 1, "create_model: max_tokens must be >= 1, got %lld", (long long)opt.max_tokens);
     if (c.architecture == "LlamaForCausalLM") return create_llama(c, w, be, opt);

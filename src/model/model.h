@@ -71,6 +71,10 @@ struct model_options {
     std::function<void(int64_t, int64_t)> progress;
 };
 
+// The rope parameters of a config (theta, and llama3 scaling when rope_scaling asks for it): what
+// rope_inv_freq takes, for the model and for the self-test's rope cases.
+rope_params rope_params_of(const rope_config& r);
+
 // Builds the architecture named by cfg.architecture. Weights are prepared for the backend (uploaded,
 // re-laid) once; a tensor the architecture needs but the checkpoint lacks is an error naming it.
 std::unique_ptr<causal_lm> create_model(const model_config& cfg, model_weights& w, backend& be,
