@@ -1,12 +1,15 @@
 // Test helpers shared by the whole-model tests against transformers' reference logits
-// (test_random_models.cpp, test_qwen3_moe.cpp): top-1 agreement / max |Δlogit| / NMSE of two logits
-// matrices, and the engine's teacher-forced logits of a model directory.
+// (test_random_models.cpp, test_qwen3_moe.cpp, test_qwen3_moe_gpu.cpp): reading a golden directory,
+// top-1 agreement / max |Δlogit| / NMSE of two logits matrices, and the engine's teacher-forced
+// logits of a model directory.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,31 @@
 
 namespace tetra {
 namespace test_logits {
+
+// A golden directory's ref_ids.json: the token ids the reference logits were computed for.
+struct reference_ids {
+    std::vector<int32_t> ids;
+    int64_t n_vocab = 0;
+};
+
+inline reference_ids read_reference_ids(const std::string& dir) {
+    reference_ids r;
+    std::ifstream jf(dir + "/ref_ids.json");
+    EXPECT_TRUE(jf.good()) << dir << "/ref_ids.json";
+    nlohmann::json j = nlohmann::json::parse(jf);
+    r.ids = j.at("token_ids").get<std::vector<int32_t>>();
+    r.n_vocab = j.at("n_vocab").get<int64_t>();
+    return r;
+}
+
+// n raw f32 values from path (a short file is a test failure naming it).
+inline std::vector<float> read_f32(const std::string& path, size_t n) {
+    std::vector<float> v(n);
+    std::ifstream f(path, std::ios::binary);
+    f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float)));
+    EXPECT_EQ(size_t(f.gcount()), n * sizeof(float)) << path << " is short";
+    return v;
+}
 
 struct logit_stats {
     double agreement = 0, max_abs = 0, nmse = 0;

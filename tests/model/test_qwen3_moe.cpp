@@ -33,33 +33,20 @@ namespace {
 
 const std::string k_moe = std::string(TETRA_SOURCE_DIR) + "/tests/data/moe/";
 
-struct reference {
-    std::vector<int32_t> ids;
-    int64_t n_vocab = 0;
+struct reference : test_logits::reference_ids {
     std::vector<float> logits, logits_nvfp4;  // f32 [ids.size(), n_vocab]
 };
 
-std::vector<float> read_f32(const std::string& path, size_t n) {
-    std::vector<float> v(n);
-    std::ifstream f(path, std::ios::binary);
-    f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float)));
-    EXPECT_EQ(size_t(f.gcount()), n * sizeof(float)) << path << " is short";
-    return v;
-}
-
 reference read_reference(const std::string& dir) {
     reference r;
-    std::ifstream jf(dir + "/ref_ids.json");
-    EXPECT_TRUE(jf.good()) << dir << "/ref_ids.json";
-    nlohmann::json j = nlohmann::json::parse(jf);
-    r.ids = j.at("token_ids").get<std::vector<int32_t>>();
-    r.n_vocab = j.at("n_vocab").get<int64_t>();
-    r.logits = read_f32(dir + "/ref_logits.bin", r.ids.size() * size_t(r.n_vocab));
-    r.logits_nvfp4 = read_f32(dir + "/ref_logits_nvfp4.bin", r.ids.size() * size_t(r.n_vocab));
+    static_cast<test_logits::reference_ids&>(r) = test_logits::read_reference_ids(dir);
+    r.logits = test_logits::read_f32(dir + "/ref_logits.bin", r.ids.size() * size_t(r.n_vocab));
+    r.logits_nvfp4 = test_logits::read_f32(dir + "/ref_logits_nvfp4.bin", r.ids.size() * size_t(r.n_vocab));
     return r;
 }
 
 using test_logits::compare;
+using test_logits::read_f32;
 using test_logits::engine_logits;
 using test_logits::logit_stats;
 

@@ -22,6 +22,7 @@
 #include "io/weights.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "logit_compare.h"
 
 namespace tetra {
 namespace {
@@ -50,28 +51,7 @@ const char* const k_models[] = {"qwen3_moe_tiny", "qwen3_moe_shared"};
 constexpr double k_row_nmse = 2e-3, k_nmse = 5e-4, k_max_abs = 1.0, k_tie = 0.4;
 constexpr int64_t k_max_flips = 4, k_max_diff = 5;
 
-struct reference {
-    std::vector<int32_t> ids;
-    int64_t n_vocab = 0;
-};
-
-reference read_ids(const std::string& dir) {
-    reference r;
-    std::ifstream jf(dir + "/ref_ids.json");
-    EXPECT_TRUE(jf.good()) << dir << "/ref_ids.json";
-    nlohmann::json j = nlohmann::json::parse(jf);
-    r.ids = j.at("token_ids").get<std::vector<int32_t>>();
-    r.n_vocab = j.at("n_vocab").get<int64_t>();
-    return r;
-}
-
-std::vector<float> read_f32(const std::string& path, size_t n) {
-    std::vector<float> v(n);
-    std::ifstream f(path, std::ios::binary);
-    f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float)));
-    EXPECT_EQ(size_t(f.gcount()), n * sizeof(float)) << path << " is short";
-    return v;
-}
+using test_logits::read_f32;
 
 struct stats {
     int64_t rows = 0, agree = 0, flips = 0, unexplained = 0;  // unexplained: differing top-1 outside the rules
@@ -210,7 +190,7 @@ const weights_case k_cases[] = {{"bf16", "", "ref_logits.bin"},
 using engine_factory = std::function<engine(const model_config&, model_weights&)>;
 void run_all(const std::string& side, const engine_factory& make_test, const engine_factory& make_oracle = nullptr) {
     for (const char* name : k_models) {
-        reference ref = read_ids(k_moe + name);
+        test_logits::reference_ids ref = test_logits::read_reference_ids(k_moe + name);
         ASSERT_EQ(ref.ids.size(), 64u) << name;
         for (const weights_case& wc : k_cases) {
             quantized_dir q;

@@ -24,23 +24,14 @@ namespace {
 
 const std::string k_models = std::string(TETRA_SOURCE_DIR) + "/tests/data/models/";
 
-struct reference {
-    std::vector<int32_t> ids;
-    int64_t n_vocab = 0;
+struct reference : test_logits::reference_ids {
     std::vector<float> logits;  // f32 [ids.size(), n_vocab]
 };
 
 reference read_reference(const std::string& dir) {
     reference r;
-    std::ifstream jf(dir + "/ref_ids.json");
-    EXPECT_TRUE(jf.good()) << dir << "/ref_ids.json";
-    nlohmann::json j = nlohmann::json::parse(jf);
-    r.ids = j.at("token_ids").get<std::vector<int32_t>>();
-    r.n_vocab = j.at("n_vocab").get<int64_t>();
-    r.logits.resize(r.ids.size() * size_t(r.n_vocab));
-    std::ifstream bf(dir + "/ref_logits.bin", std::ios::binary);
-    bf.read(reinterpret_cast<char*>(r.logits.data()), std::streamsize(r.logits.size() * sizeof(float)));
-    EXPECT_EQ(size_t(bf.gcount()), r.logits.size() * sizeof(float)) << dir << "/ref_logits.bin is short";
+    static_cast<test_logits::reference_ids&>(r) = test_logits::read_reference_ids(dir);
+    r.logits = test_logits::read_f32(dir + "/ref_logits.bin", r.ids.size() * size_t(r.n_vocab));
     return r;
 }
 
