@@ -1,5 +1,5 @@
 // op_checks: the argument checks and the launch shared by the backend's op wrappers (backend.cpp,
-// moe.cpp, sampling.cpp). Every failed check is a tetra::error naming the op, the operand and
+// moe.cpp, sampling.cpp); ptr_align also serves the self-test, which fills op args itself. Every failed check is a tetra::error naming the op, the operand and
 // expected vs actual; run_op selects the kernel through the registry (pointer alignment of the
 // operands in op_args::align) and records it in the op profile when profiling is on.
 #pragma once

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "backend/moe.h"
+#include "backend/op_checks.h"
 #include "backend/ops.h"
 #include "backend/sampling.h"
 #include "core/error.h"
@@ -47,11 +48,7 @@ void append_f32(backend& be, const tensor& t, std::vector<float>& out) {
     }
 }
 
-int64_t ptr_align(std::initializer_list<const tensor*> ts) {
-    uintptr_t bits = 256;
-    for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
-    return int64_t(bits & (~bits + 1));  // lowest set bit, capped at 256 (as backend.cpp)
-}
+using op_checks::ptr_align;  // op_args::align as the op wrappers fill it
 
 // ---- cases ----------------------------------------------------------------------------------------
 
@@ -109,6 +106,20 @@ struct case_builder {
         cases.push_back(k);
     }
 
+    // get_rows of `ids` from the host rows `src` (uploaded), into `a`; the output as f32.
+    static std::vector<float> run_get_rows(backend& be, const launch_fn& launch, dtype a, const tensor& src,
+                                           const std::vector<int32_t>& ids) {
+        get_rows_args g;
+        g.act = a, g.src = be.upload(src);
+        g.ids = be.upload(host_i32(ids, {int64_t(ids.size())}));
+        g.out = be.alloc(a, {int64_t(ids.size()), src.dim(1)});
+        g.align = ptr_align({&g.src, &g.ids, &g.out});
+        launch(g);
+        std::vector<float> r;
+        append_f32(be, g.out, r);
+        return r;
+    }
+
     void get_rows_cases() {
         const tensor& embed = w.get("model.embed_tokens.weight");
         int64_t n_rows = std::min<int64_t>(c.n_vocab, 64), row0 = c.n_vocab - n_rows, n = c.n_embd;
@@ -120,31 +131,14 @@ struct case_builder {
         k.what = strfmt("embedding rows [%lld, %lld) %s → %s, ids {%lld, 0, 5}", (long long)row0,
                         (long long)c.n_vocab, dtype_name(embed.type), dtype_name(a), (long long)(n_rows - 1));
         k.tol = 0;
-        k.run = [=](backend& be, int, const launch_fn& launch) {
-            get_rows_args g;
-            g.act = a, g.src = be.upload(table);
-            g.ids = be.upload(host_i32({int32_t(n_rows - 1), 0, int32_t(std::min<int64_t>(5, n_rows - 1))}, {3}));
-            g.out = be.alloc(a, {3, n});
-            g.align = ptr_align({&g.src, &g.ids, &g.out});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
-        };
+        const std::vector<int32_t> ids = {int32_t(n_rows - 1), 0, int32_t(std::min<int64_t>(5, n_rows - 1))};
+        k.run = [=](backend& be, int, const launch_fn& launch) { return run_get_rows(be, launch, a, table, ids); };
         cases.push_back(k);
         op_case s = k;  // the same op on activations: picking the last token row of each sequence
         s.label = "get_rows n=" + std::to_string(n);
         s.what = strfmt("get_rows src[5, %lld] %s, ids {4, 1}", (long long)n, dtype_name(a));
         s.run = [=](backend& be, int, const launch_fn& launch) {
-            get_rows_args g;
-            g.act = a, g.src = be.upload(host_random(a, {5, n}, 11));
-            g.ids = be.upload(host_i32({4, 1}, {2}));
-            g.out = be.alloc(a, {2, n});
-            g.align = ptr_align({&g.src, &g.ids, &g.out});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
+            return run_get_rows(be, launch, a, host_random(a, {5, n}, 11), {4, 1});
         };
         cases.push_back(s);
     }
