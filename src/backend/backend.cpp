@@ -402,6 +402,23 @@ void backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) 
     run_op(*this, op, a, {&gate, &up, &out});
 }
 
+void backend::silu_mul_gate_up(const tensor& gate_up, const tensor& out) {
+    const char* op = "silu_mul";
+    check_on(*this, gate_up, op, "gate_up"), check_on(*this, out, op, "out");
+    check_rank(gate_up, 2, op, "gate_up"), check_act(gate_up, op, "gate_up"), check_dtype(out, gate_up.type, op, "out");
+    TETRA_CHECK(gate_up.dim(1) % 2 == 0 && gate_up.dim(1) > 0,
+                "%s: 'gate_up' %s has %lld columns; expected an even number (the gate and up halves)", op,
+                gate_up.shape_str().c_str(), (long long)gate_up.dim(1));
+    const int64_t n_ff = gate_up.dim(1) / 2;
+    check_shape(out, {gate_up.dim(0), n_ff}, op, "out");
+    const uint8_t *g0 = static_cast<const uint8_t*>(gate_up.data), *o0 = static_cast<const uint8_t*>(out.data);
+    TETRA_CHECK(gate_up.numel() == 0 || o0 + out.nbytes() <= g0 || g0 + gate_up.nbytes() <= o0,
+                "%s: 'out' overlaps 'gate_up'; the fused form needs a separate output", op);
+    silu_mul_args a;
+    a.act = gate_up.type, a.gate = gate_up, a.out = out, a.n_ff = n_ff;
+    run_op(*this, op, a, {&gate_up, &out});
+}
+
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {
     const char* op = "add";
     check_on(*this, x, op, "a"), check_on(*this, y, op, "b"), check_on(*this, out, op, "out");

@@ -163,6 +163,11 @@ class backend {
                 matmul_mode mode = matmul_mode::AUTO);
     // out = silu(gate) · up.  gate, up, out: [n_rows, n_ff] act
     void silu_mul(const tensor& gate, const tensor& up, const tensor& out);
+    // The same on the two halves of each row of a fused gate/up projection (one matmul over the
+    // stacked [gate; up] weight): out[r, j] = silu(gate_up[r, j]) · gate_up[r, n_ff + j], each
+    // element computed exactly as silu_mul computes it (no split copy needed).
+    // gate_up: [n_rows, 2·n_ff] act; out: [n_rows, n_ff] act (must not overlap gate_up)
+    void silu_mul_gate_up(const tensor& gate_up, const tensor& out);
     // out = a + b (out may alias a or b).  a, b, out: same shape, act
     void add(const tensor& a, const tensor& b, const tensor& out);
     // out[r] = index of the max of x[r, :] (first on ties; a NaN counts as the max, as torch).

@@ -48,8 +48,13 @@ struct matmul_args : op_args {
     int64_t m = 0, n = 0, k = 0;
 };
 
-// "silu_mul". gate, up, out: [n_rows, n_ff] act (flattened: numel)
-struct silu_mul_args : op_args { tensor gate, up, out; };
+// "silu_mul". n_ff == 0: gate, up, out: [n_rows, n_ff] act (flattened: numel). n_ff > 0 (the fused
+// form, backend::silu_mul_gate_up): gate is gate_up [n_rows, 2·n_ff] act, up is empty, out is
+// [n_rows, n_ff] act; out[r, j] = silu(gate_up[r, j]) · gate_up[r, n_ff + j].
+struct silu_mul_args : op_args {
+    tensor gate, up, out;
+    int64_t n_ff = 0;
+};
 
 // "add". a, b, out: same shape act (flattened: numel)
 struct add_args : op_args { tensor a, b, out; };

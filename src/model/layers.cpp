@@ -35,10 +35,9 @@ linear_weight load_linear(model_weights& w, backend& be, const std::string& modu
     return be.prepare_linear(host_linear(w, module, n_out, n_in, dense_ok));
 }
 
-// Host linears stacked row-wise into one [Σ n_out, n_in] weight when a single matmul computes all
-// of them exactly: same kind and n_in; NVFP4 with bit-equal scale_global and activation scales;
-// dense with the same dtype. Every output element is the same dot product as before (rows are
-// independent), so fusing changes no value. nullopt when they cannot be stacked.
+}  // namespace
+
+// layers.h
 std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>& ls) {
     const linear_weight& a = *ls.front();
     int64_t n = 0;
@@ -76,6 +75,8 @@ std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>&
     }
     return f;
 }
+
+namespace {
 
 // i32 [n_rows · per]: for token t, entry t·per + j = t·stride + first + j (the rows of one part of
 // a fused output, viewed as [n_rows · stride, width] rows, for get_rows). Uploaded once.
@@ -287,7 +288,7 @@ decoder_weights load_decoder_weights(const model_config& c, model_weights& w, ba
         }
         L.o = load_linear(w, be, p + "self_attn.o_proj", c.n_embd, q_dim);
         if (c.is_moe_layer(il)) {
-            L.moe = std::make_shared<const moe_layer_weights>(load_moe_layer(c, w, be, p));
+            L.moe = std::make_shared<const moe_layer_weights>(load_moe_layer(c, w, be, p, fuse));
         } else {
             const linear_weight& g = host_linear(w, p + "mlp.gate_proj", c.n_ff, c.n_embd);
             const linear_weight& u = host_linear(w, p + "mlp.up_proj", c.n_ff, c.n_embd);

@@ -4,6 +4,7 @@
 // written once.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct decoder_weights {
     tensor norm;                  // [n_embd]
     linear_weight lm_head;        // [n_vocab, n_embd] (the embedding when tied)
 };
+
+// Host linears stacked row-wise into one [Σ n_out, n_in] weight when a single matmul computes all
+// of them exactly: same kind and n_in; NVFP4 with bit-equal scale_global and activation scales;
+// dense with the same dtype; all on the host. Every output element is the same dot product as
+// before (rows are independent), so fusing changes no value. nullopt when they cannot be stacked.
+// Used for q/k/v and gate/up here and for every MoE expert's gate/up (moe.cpp).
+std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>& ls);
 
 // Reads HF-named tensors ("model.layers.{il}.self_attn.q_proj", ...) for a Llama-family model,
 // checks every shape against the config, and prepares them on the backend.

@@ -1,45 +1,80 @@
-// MoE feed-forward block (moe.h): weight loading with config shape checks, and the forward as a
-// fixed sequence of backend ops over buffers sized for max_tokens (views of the first n rows).
+// MoE feed-forward block (moe.h): weight loading with config shape checks (each expert's gate/up
+// stacked into one weight where exact), and the forward as a fixed sequence of backend ops over
+// buffers sized for max_tokens (views of the first n rows).
 #include "model/moe.h"
+
+#include <optional>
 
 #include "backend/moe.h"
 #include "core/error.h"
+#include "model/layers.h"
 
 namespace tetra {
 
 namespace {
 
-linear_weight load(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
-                   bool dense_ok = false) {
+const linear_weight& host(model_weights& w, const std::string& module, int64_t n_out, int64_t n_in,
+                          bool dense_ok = false) {
     const linear_weight& l = w.linear(module, dense_ok);
     TETRA_CHECK(l.n_out == n_out && l.n_in == n_in,
                 "%s: linear '%s' is [%lld, %lld]; expected [%lld, %lld] from config.json", w.dir.c_str(),
                 module.c_str(), (long long)l.n_out, (long long)l.n_in, (long long)n_out, (long long)n_in);
-    return be.prepare_linear(l);
+    return l;
+}
+
+linear_weight load(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
+                   bool dense_ok = false) {
+    return be.prepare_linear(host(w, module, n_out, n_in, dense_ok));
+}
+
+// Every expert's gate/up pair stacked (moe_layer_weights::gate_up), or empty when one pair does not
+// stack exactly (the layer then keeps the separate projections).
+std::vector<linear_weight> load_gate_up(const model_config& c, model_weights& w, backend& be, const std::string& p) {
+    std::vector<linear_weight> gu;
+    for (int64_t e = 0; e < c.n_expert; ++e) {
+        std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        const linear_weight& g = host(w, x + "gate_proj", c.n_ff_exp, c.n_embd);
+        const linear_weight& u = host(w, x + "up_proj", c.n_ff_exp, c.n_embd);
+        std::optional<linear_weight> f = stack_rows({&g, &u});
+        if (!f) return {};
+        gu.push_back(be.prepare_linear(*f));
+    }
+    return gu;
 }
 
 }  // namespace
 
-moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backend& be, const std::string& p) {
+moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backend& be, const std::string& p,
+                                 bool fuse) {
     moe_layer_weights L;
     // Routers and the shared-expert gate are never Linear quantization targets (ModelOpt and
     // compressed-tensors keep them dense): dense_ok, and an NVFP4 one is taken as the checkpoint says.
     L.router = load(w, be, p + "mlp.gate", c.n_expert, c.n_embd, /*dense_ok=*/true);
+    if (fuse) L.gate_up = load_gate_up(c, w, be, p);
+    L.fused_gate_up = !L.gate_up.empty();
     for (int64_t e = 0; e < c.n_expert; ++e) {
         std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        L.gate.push_back(load(w, be, x + "gate_proj", c.n_ff_exp, c.n_embd));
-        L.up.push_back(load(w, be, x + "up_proj", c.n_ff_exp, c.n_embd));
+        if (!L.fused_gate_up) {
+            L.gate.push_back(load(w, be, x + "gate_proj", c.n_ff_exp, c.n_embd));
+            L.up.push_back(load(w, be, x + "up_proj", c.n_ff_exp, c.n_embd));
+        }
         L.down.push_back(load(w, be, x + "down_proj", c.n_embd, c.n_ff_exp));
     }
-    for (const auto* v : {&L.gate, &L.up, &L.down})
+    for (const auto* v : {&L.gate, &L.up, &L.gate_up, &L.down})
         for (const linear_weight& e : *v)
             TETRA_CHECK(e.kind == (*v)[0].kind,
                         "%s: the experts of '%smlp.experts' mix NVFP4 and dense weights; expected one kind per projection",
                         w.dir.c_str(), p.c_str());
     L.has_shared = c.n_ff_shexp > 0;
     if (L.has_shared) {
-        L.shared_gate = load(w, be, p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
-        L.shared_up = load(w, be, p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
+        const linear_weight& g = host(w, p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
+        const linear_weight& u = host(w, p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
+        if (auto f = fuse ? stack_rows({&g, &u}) : std::nullopt) {
+            L.shared_gate_up = be.prepare_linear(*f);
+            L.fused_shared_gate_up = true;
+        } else {
+            L.shared_gate = be.prepare_linear(g), L.shared_up = be.prepare_linear(u);
+        }
         L.shared_down = load(w, be, p + "mlp.shared_expert.down_proj", c.n_embd, c.n_ff_shexp);
         L.shared_expert_gate = load(w, be, p + "mlp.shared_expert_gate", 1, c.n_embd, /*dense_ok=*/true);
     }
@@ -56,40 +91,62 @@ moe_ffn::moe_ffn(const model_config& c, backend& be, int64_t n, dtype act) : c_(
     sorted_ = be.alloc(dtype::I32, {rows});
     dest_ = be.alloc(dtype::I32, {n, k});
     xs_ = be.alloc(act, {rows, c.n_embd});
+    gu_ = be.alloc(act, {rows, 2 * c.n_ff_exp});
     g_ = be.alloc(act, {rows, c.n_ff_exp});
-    u_ = be.alloc(act, {rows, c.n_ff_exp});
     ys_ = be.alloc(act, {rows, c.n_embd});
     if (c.n_ff_shexp > 0) {
+        sh_gu_ = be.alloc(act, {n, 2 * c.n_ff_shexp});
         sh_g_ = be.alloc(act, {n, c.n_ff_shexp});
-        sh_u_ = be.alloc(act, {n, c.n_ff_shexp});
         sh_y_ = be.alloc(act, {n, c.n_embd});
         sh_gate_ = be.alloc(act, {n, 1});
     }
 }
 
+namespace {
+
+// An [n, ff] view of the first n·ff elements of buf (the fused gate/up buffer, where the unfused
+// path puts its up output: same allocation, same alignment as a buffer of its own).
+tensor front(const tensor& buf, int64_t n, int64_t ff) {
+    return tensor_reshape(tensor_rows(tensor_reshape(buf, {buf.numel()}), 0, n * ff), {n, ff});
+}
+
+}  // namespace
+
 void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode) {
     int64_t n = h.dim(0), k = c_.n_expert_used, rows = n * k;
     tensor logits = tensor_rows(logits_, 0, n), ids = tensor_rows(ids_, 0, n), wts = tensor_rows(weights_, 0, n);
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
-    tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), u = tensor_rows(u_, 0, rows);
-    tensor ys = tensor_rows(ys_, 0, rows);
+    tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), ys = tensor_rows(ys_, 0, rows);
     be_.matmul(h, L.router, logits, mode);
     moe_route(be_, logits, c_.norm_topk_prob, ids, wts);
     moe_permute(be_, ids, c_.n_expert, counts_, offsets_, sorted, dest);
     be_.get_rows(h, sorted, xs);
-    moe_matmul(be_, xs, L.gate, offsets_, g, mode);
-    moe_matmul(be_, xs, L.up, offsets_, u, mode);
-    be_.silu_mul(g, u, g);
+    if (L.fused_gate_up) {  // one grouped matmul into [rows, gate | up]
+        tensor gu = tensor_rows(gu_, 0, rows);
+        moe_matmul(be_, xs, L.gate_up, offsets_, gu, mode);
+        be_.silu_mul_gate_up(gu, g);
+    } else {
+        tensor u = front(gu_, rows, c_.n_ff_exp);
+        moe_matmul(be_, xs, L.gate, offsets_, g, mode);
+        moe_matmul(be_, xs, L.up, offsets_, u, mode);
+        be_.silu_mul(g, u, g);
+    }
     moe_matmul(be_, g, L.down, offsets_, ys, mode);
     if (!L.has_shared) {
         moe_combine(be_, ys, dest, wts, out);
         return;
     }
-    tensor sg = tensor_rows(sh_g_, 0, n), su = tensor_rows(sh_u_, 0, n), sy = tensor_rows(sh_y_, 0, n);
-    tensor gate = tensor_rows(sh_gate_, 0, n);
-    be_.matmul(h, L.shared_gate, sg, mode);
-    be_.matmul(h, L.shared_up, su, mode);
-    be_.silu_mul(sg, su, sg);
+    tensor sg = tensor_rows(sh_g_, 0, n), sy = tensor_rows(sh_y_, 0, n), gate = tensor_rows(sh_gate_, 0, n);
+    if (L.fused_shared_gate_up) {
+        tensor sgu = tensor_rows(sh_gu_, 0, n);
+        be_.matmul(h, L.shared_gate_up, sgu, mode);
+        be_.silu_mul_gate_up(sgu, sg);
+    } else {
+        tensor su = front(sh_gu_, n, c_.n_ff_shexp);
+        be_.matmul(h, L.shared_gate, sg, mode);
+        be_.matmul(h, L.shared_up, su, mode);
+        be_.silu_mul(sg, su, sg);
+    }
     be_.matmul(sg, L.shared_down, sy, mode);
     be_.matmul(h, L.shared_expert_gate, gate, mode);
     moe_combine(be_, ys, dest, wts, out, sy, gate);

@@ -19,12 +19,20 @@ struct moe_layer_weights {
     bool has_shared = false;                    // n_ff_shexp > 0
     linear_weight shared_gate, shared_up, shared_down;  // [n_ff_shexp, n_embd] ×2, [n_embd, n_ff_shexp]
     linear_weight shared_expert_gate;                   // [1, n_embd] (dense)
+    // Fused forms (one grouped matmul instead of two, then silu_mul_gate_up on the halves), used
+    // instead of gate/up (shared_gate/shared_up) when every expert's pair stacks exactly
+    // (layers.h stack_rows: ModelOpt shares weight_scale_2 across an expert's gate and up):
+    bool fused_gate_up = false, fused_shared_gate_up = false;
+    std::vector<linear_weight> gate_up;  // n_expert: rows [gate_e | up_e]: [2·n_ff_exp, n_embd]
+    linear_weight shared_gate_up;        // rows [gate | up]: [2·n_ff_shexp, n_embd]
 };
 
 // Reads "<prefix>mlp.gate", "<prefix>mlp.experts.<e>.{gate,up,down}_proj" and, with a shared expert,
 // "<prefix>mlp.shared_expert.{gate,up,down}_proj" and "<prefix>mlp.shared_expert_gate"; checks
 // shapes against the config and prepares them on the backend. prefix: "model.layers.<il>."
-moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backend& be, const std::string& prefix);
+// fuse: stack each expert's gate/up (and the shared expert's) into one weight where exact.
+moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backend& be, const std::string& prefix,
+                                 bool fuse = true);
 
 // Buffers for max_tokens rows (allocated once) and the block's forward.
 class moe_ffn {
@@ -36,8 +44,10 @@ class moe_ffn {
   private:
     model_config c_;
     backend& be_;
-    tensor logits_, ids_, weights_, counts_, offsets_, sorted_, dest_, xs_, g_, u_, ys_;
-    tensor sh_g_, sh_u_, sh_y_, sh_gate_;
+    // gu_: [rows, 2·n_ff_exp], the fused gate/up output (unfused: its first rows·n_ff_exp elements
+    // hold the up output). g_: [rows, n_ff_exp], the unfused gate output; the silu_mul output.
+    tensor logits_, ids_, weights_, counts_, offsets_, sorted_, dest_, xs_, gu_, g_, ys_;
+    tensor sh_gu_, sh_g_, sh_y_, sh_gate_;
 };
 
 }  // namespace tetra
