@@ -7,7 +7,7 @@
 // samples of 10 launches each, (a) plain stream launches and (b) the same 10 launches captured in
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
-// TFLOP/s, cuBLAS graph time / ours. Usage: bench_matmul [--quick | --variants | --pattern |
+// TFLOP/s, cuBLAS graph time / ours. Usage: bench_matmul [--quick | --variants | --large | --hot | --pattern |
 // --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
@@ -325,6 +325,61 @@ struct bench_shape {
     }
 };
 
+// --large: the large-M path (dequant + cuBLASLt) at M = 1024 and 4096 beside cuBLAS BF16 (two
+// samples each), the dequant alone over the whole weight and a pure-write ceiling (cudaMemset); --hot: the small-M launcher at M = 1 and 16 on one weight
+// copy (L2-resident after the first launch) beside the rotated copies (streamed from DRAM).
+static void run_large(int sms, double bw, void* ws_cublas) {
+    std::printf("| shape | M | what | us graph | cuBLAS us graph | cuBLAS/ours |\n|---|---|---|---|---|---|\n");
+    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
+                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
+        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 4096, sms, ws_cublas);
+        // the dequant's share: the whole weight in 64-MB passes into the workspace
+        const int64_t pass_rows = std::min<int64_t>(b.n, (int64_t(64) << 20) / (b.k * 2) / 256 * 256);
+        const double gb = (double(b.wbytes) + double(b.n) * b.k * 2) / 1e9, wgb = double(pass_rows) * b.k * 2 / 1e9;
+        double tw = median_graph_us([&] {
+            for (int i = 0; i < 10; ++i) CK(cudaMemsetAsync(b.wsp.dequant, i, size_t(pass_rows) * b.k * 2, g_stream));
+        }, 10);
+        double td = median_graph_us([&] {
+            for (int i = 0; i < 10; ++i) {
+                const cuda::w4a16_sm80_weight& w = b.ws[size_t(i) % b.ws.size()];
+                for (int64_t n0 = 0; n0 < b.n; n0 += pass_rows)
+                    cuda::w4a16_sm80_dequant_launch(w, n0, std::min<int64_t>(pass_rows, b.n - n0), b.wsp.dequant, g_stream);
+            }
+        }, 10);
+        std::printf("| %s %ldx%ld | - | write ceiling: cudaMemset of %.0f MB | %.2f | - | %.0f GB/s = %.1f %% of BW |\n", b.what,
+                    b.n, b.k, wgb * 1e3, tw, wgb / tw * 1e6, 100.0 * wgb / tw * 1e6 / bw);
+        std::printf("| %s %ldx%ld | - | dequant alone (%.0f MB moved) | %.2f | - | %.0f GB/s = %.1f %% of BW |\n", b.what, b.n,
+                    b.k, gb * 1e3, td, gb / td * 1e6, 100.0 * gb / td * 1e6 / bw);
+        for (long m : {1024L, 4096L})
+            for (int rep = 0; rep < 2; ++rep) {
+                double tc = median_graph_us([&] { b.cublas_batch(m, ws_cublas); }, 10);
+                double t = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms); }, 10);
+                std::printf("| %s %ldx%ld | %ld | dequant+cuBLASLt (sample %d) | %.2f | %.2f | %.3f |\n", b.what, b.n, b.k, m,
+                            rep + 1, t, tc, tc / t);
+                std::fflush(stdout);
+            }
+    }
+}
+
+static void run_hot(int sms, double bw, void* ws_cublas) {
+    std::printf("| shape | M | weights | us graph | GB/s |\n|---|---|---|---|---|\n");
+    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
+                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
+        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 16, sms, ws_cublas);
+        for (long m : {1L, 16L}) {
+            double tr = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms); }, 10);
+            std::vector<cuda::w4a16_sm80_weight> all = b.ws;
+            b.ws.resize(1);
+            double th = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms); }, 10);
+            b.ws = all;
+            std::printf("| %s %ldx%ld | %ld | rotated (DRAM) | %.2f | %.0f |\n", b.what, b.n, b.k, m, tr, b.wbytes / tr / 1e3);
+            std::printf("| %s %ldx%ld | %ld | one copy (L2) | %.2f | %.0f |\n", b.what, b.n, b.k, m, th, b.wbytes / th / 1e3);
+        }
+        std::fflush(stdout);
+    }
+    (void)bw;
+}
+
 // --variants: the small-M kernel's configurations (v2 plans, v1) and the decode kernel's default
 // at m = 1, 4, 8, 16.
 static void run_variants(int sms, double bw, void* ws_cublas) {
@@ -372,6 +427,14 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
     if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
         run_variants(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--large") == 0) {
+        run_large(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--hot") == 0) {
+        run_hot(sms, bw, ws_cublas);
         return 0;
     }
 

@@ -474,6 +474,66 @@ TEST(matmul_w4a16_sm80, dequant_exact_all_codes_all_scales) {
     EXPECT_EQ(bad, 0);
 }
 
+// The dequant kernel on odd shapes (k not a multiple of 64 or 512, partial row tiles) and row
+// ranges that start inside the weight:
+// each stored row bit-equal to the CPU codec's dequant (scale_global 1, then · 2^-8, exact in f32
+// and bf16: ≤ 6 significant bits), nothing written outside the range's rows (sentinels).
+TEST(matmul_w4a16_sm80, dequant_rows_bitwise_odd_shapes) {
+    struct range { int64_t n0, rows; };
+    uint32_t seed = 300;
+    for (const shape& s : k_shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        hw.scale_global = 1.0f;
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 1);
+        for (range r : {range{0, s.n}, range{16, s.n - 16}, range{0, std::min<int64_t>(s.n, 17)}, range{32, 1}}) {
+            if (r.rows <= 0 || r.n0 + r.rows > s.n) continue;  // the shape is too small for this range
+            const std::string what = "n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " rows [" +
+                                     std::to_string(r.n0) + ", " + std::to_string(r.n0 + r.rows) + ")";
+            const size_t count = size_t(r.rows * s.k);
+            std::vector<uint16_t> host(count + 2 * GUARD, SENTINEL);
+            dbuf dst(host.size() * 2);
+            CK(cudaMemcpy(dst.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+            cuda::w4a16_sm80_dequant_launch(dw.w, r.n0, r.rows, static_cast<uint16_t*>(dst.p) + GUARD, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(host.data(), dst.p, host.size() * 2, cudaMemcpyDeviceToHost));
+            int bad = 0;
+            for (size_t i = 0; i < count; ++i) {
+                uint16_t want = f32_to_bf16(wf[size_t(r.n0 * s.k) + i] / 256.0f);
+                if (host[GUARD + i] != want && bad++ < 5)
+                    ADD_FAILURE() << what << ": element " << i << ": got 0x" << std::hex << host[GUARD + i]
+                                  << ", want 0x" << want;
+            }
+            for (int i = 0; i < GUARD; ++i) {
+                EXPECT_EQ(host[size_t(i)], SENTINEL) << what << ": guard before overwritten";
+                EXPECT_EQ(host[GUARD + count + size_t(i)], SENTINEL) << what << ": guard after overwritten";
+            }
+            EXPECT_EQ(bad, 0) << what;
+        }
+    }
+}
+
+// The large-M path in several dequant passes (a workspace of 2 × 256 rows: 4 passes over 1000
+// rows, both ping-pong buffers reused, a partial last pass; 2 × 512 rows: 2 equal passes of 512
+// and 488) and in one (the default workspace holds the whole weight), against the oracle.
+TEST(matmul_w4a16_sm80, large_path_in_several_passes) {
+    const shape s{1000, 2064};
+    host_weight hw = random_weight(s.n, s.k, 77);
+    std::vector<float> wf = dequant_host(hw);
+    dev_weight one(hw, 100), four(hw, 100), two(hw, 100);
+    ASSERT_GE(one.ws.dequant_bytes, size_t(s.n * s.k * 2)) << "the default workspace should hold the whole weight";
+    four.ws.dequant_bytes = 2 * size_t(256) * s.k * 2;
+    two.ws.dequant_bytes = 2 * size_t(512) * s.k * 2;
+    for (int64_t m : {65, 100}) {
+        std::vector<uint16_t> x = random_bf16(m * s.k, 78 + uint32_t(m));
+        std::vector<double> ref, mag;
+        oracle(x, m, wf, s.n, s.k, ref, mag);
+        expect_close(run_w4a16(four, x, m, path::LARGE), ref, mag, s.k, ("4 passes m=" + std::to_string(m)).c_str());
+        expect_close(run_w4a16(two, x, m, path::LARGE), ref, mag, s.k, ("2 passes m=" + std::to_string(m)).c_str());
+        expect_close(run_w4a16(one, x, m, path::LARGE), ref, mag, s.k, ("1 pass m=" + std::to_string(m)).c_str());
+    }
+}
+
 TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
     struct cse { int64_t m, n, k; };
     uint32_t seed = 100;
