@@ -602,6 +602,24 @@ void case_builder::moe_cases() {
         return out;
     };
     cases.push_back(m);
+    // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
+    const int64_t nf = c.n_ff_exp;
+    op_case f;
+    f.op = "silu_mul";
+    f.label = strfmt("silu_mul gate_up n=%lld", (long long)nf);
+    f.what = strfmt("silu_mul gate_up[3, %lld] %s (|x| ≤ 8) → [3, %lld]", (long long)(2 * nf), dtype_name(a), (long long)nf);
+    f.tol = tolerance("silu_mul", a);
+    f.run = [=](backend& be, int, const launch_fn& launch) {
+        silu_mul_args g;
+        g.act = a, g.gate = be.upload(host_random(a, {3, 2 * nf}, 97, 8.0f)), g.out = be.alloc(a, {3, nf});
+        g.n_ff = nf;
+        g.align = ptr_align({&g.gate, &g.out});
+        launch(g);
+        std::vector<float> out;
+        append_f32(be, g.out, out);
+        return out;
+    };
+    cases.push_back(f);
     for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
 }
 

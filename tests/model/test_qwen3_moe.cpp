@@ -273,6 +273,10 @@ TEST(qwen3_moe, selftest_covers_moe_ops_and_excludes_a_wrong_kernel) {
         if (r.passed) ops.insert(r.op);
     for (const char* op : {"moe_route", "moe_permute", "moe_combine", "moe_matmul_dense"})
         EXPECT_TRUE(ops.count(op)) << op << " not self-tested";
+    bool fused_silu = false;  // the experts' fused gate/up output (silu_mul on the halves of each row)
+    const std::string fused_what = "silu_mul gate_up[3, " + std::to_string(2 * c.n_ff_exp) + "]";
+    for (const selftest_result& r : rep.results) fused_silu |= r.passed && r.what.rfind(fused_what, 0) == 0;
+    EXPECT_TRUE(fused_silu) << "silu_mul gate_up not self-tested";
     ASSERT_EQ(rep.excluded.size(), 1u);
     EXPECT_NE(rep.excluded[0].find("moe_combine_swapped"), std::string::npos) << rep.excluded[0];
     bool chose_plain = false;
