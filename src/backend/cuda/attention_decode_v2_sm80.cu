@@ -3,15 +3,11 @@
 // the GQA group together, so each K/V row is read once, with 16-byte loads: a key belongs to a
 // subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, the CTA
 // merges its subgroups in shared memory, and a merge kernel combines the splits in fixed order
-// (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's position exit. Off by default:
-// the fused merge (the last CTA of each group combines the splits, same arithmetic, bit-identical);
-// it measured slower at batch 1 on an H100 (docs/cuda-backend.md).
+// (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's position exit. (A merge by
+// the last CTA of each group, bit-identical, measured slower at batch 1 and was removed:
+// docs/cuda-backend.md.)
 #include "backend/cuda/attention_device.cuh"
 #include "core/env.h"
-
-#include <atomic>
-#include <map>
-#include <mutex>
 
 namespace tetra {
 namespace cuda {
@@ -26,9 +22,8 @@ struct dv2_params : attn_base {
     int lanes_per_key;         // LK: lanes of one key's subgroup (power of two ≤ 32)
     int n_chunks;              // 16-byte chunks per K/V row (head_dim · sizeof(T) / 16)
 };
-// 128 bytes: a larger parameter struct (e.g. with the fused merge's counters in it, 136 bytes)
-// changes nvcc's code for the whole kernel (the subgroup merge loops are no longer unrolled), so
-// the counters are a second kernel argument.
+// 128 bytes: a larger parameter struct (136 bytes was measured) changes nvcc's code for the whole
+// kernel (the subgroup merge loops are no longer unrolled).
 static_assert(sizeof(dv2_params) == 128, "dv2_params: keep the kernel parameter at 128 bytes");
 
 // Keys [lo, hi] of split `split` for a row at position pos (lo > hi: none).
@@ -205,91 +200,10 @@ __device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t
     }
 }
 
-// Fused split merge: the last CTA of group (s, blockIdx.y) to arrive combines the group's rows
-// t · n_head + head0 + h (h < nh) exactly as attention_decode_v2_merge_kernel does — same splits
-// (keys for the row and a finite lse), same max, weights e^(lse_i − max), same in-order
-// num += w·O_i and den += w per element, num / den — then re-arms the counter for the next launch
-// (or graph replay). Every CTA of the group arrives, those whose split holds no key too.
+// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads. With more than one
+// split, attention_decode_v2_merge_kernel combines them.
 template <class T, int HG>
-__device__ __forceinline__ void dv2_merge_last(const dv2_params& p, int* counters, int s, int t, int head0, int nh) {
-    __shared__ int s_last;
-    const int tid = threadIdx.x, D = p.head_dim, n = p.n_splits;
-    int* counter = counters + int64_t(s) * gridDim.y + blockIdx.y;
-    __threadfence();  // this CTA's part_o / part_lse are visible before it counts
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(counter, 1) == n - 1;
-    __syncthreads();  // also: the subgroup merge is done with the shared memory reused below
-    if (!s_last) return;
-    __threadfence();
-    extern __shared__ float smem[];
-    float* s_w = smem;                                       // [HG][n]: lse, then weight (0: unused)
-    int* s_use = reinterpret_cast<int*>(s_w + HG * n);       // [HG][n]: keys for the row, finite lse
-    float* s_mx = reinterpret_cast<float*>(s_use + HG * n);  // [HG]
-    int* s_nan = reinterpret_cast<int*>(s_mx + HG);          // [HG]: some lse is NaN
-    const int pos = p.positions[t];
-    for (int i = tid; i < nh * n; i += k_dv2_threads) {
-        int h = i / n, sp = i % n, lo, hi;
-        dv2_split_range(p, pos, sp, lo, hi);
-        float l = lo <= hi ? __ldcg(p.part_lse + (int64_t(t) * p.n_head + head0 + h) * n + sp) : -INFINITY;
-        s_w[i] = l;
-        s_use[i] = lo <= hi && l != -INFINITY;
-    }
-    __syncthreads();
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int h = warp; h < nh; h += k_dv2_threads / 32) {
-        float mx = -INFINITY;
-        bool nan = false;
-        for (int sp = lane; sp < n; sp += 32) {
-            float l = s_w[h * n + sp];
-            if (l != l) nan = true;
-            else mx = fmaxf(mx, l);
-        }
-        mx = warp_max(mx);
-        nan = __any_sync(0xffffffffu, nan);
-        if (lane == 0) s_mx[h] = mx, s_nan[h] = nan;
-    }
-    __syncthreads();
-    for (int i = tid; i < nh * n; i += k_dv2_threads) s_w[i] = s_use[i] ? expf(s_w[i] - s_mx[i / n]) : 0.0f;
-    __syncthreads();
-    // One item: 4 adjacent dims of one head (head_dim · elt is a multiple of 16 bytes, so D % 4 == 0),
-    // its splits' float4 loads issued 8 at a time; each element's sum runs in split order.
-    const int D4 = D / 4;
-    for (int i = tid; i < nh * D4; i += k_dv2_threads) {
-        const int h = i / D4, d4 = i % D4;
-        const int64_t row = int64_t(t) * p.n_head + head0 + h;
-        const bool nan = s_nan[h] != 0;
-        const float* w = s_w + h * n;
-        const int* use = s_use + h * n;
-        float num[4] = {0.0f, 0.0f, 0.0f, 0.0f}, den = 0.0f;
-        if (!nan && s_mx[h] != -INFINITY) {
-            const float4* po = reinterpret_cast<const float4*>(p.part_o + row * n * D) + d4;
-            for (int i0 = 0; i0 < n; i0 += 8) {
-                float4 v[8];
-#pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    v[u] = i0 + u < n && use[i0 + u] ? __ldcg(po + int64_t(i0 + u) * D4) : make_float4(0, 0, 0, 0);
-#pragma unroll
-                for (int u = 0; u < 8; ++u) {
-                    if (i0 + u >= n || !use[i0 + u]) continue;
-                    const float wu = w[i0 + u];
-                    num[0] += wu * v[u].x, num[1] += wu * v[u].y, num[2] += wu * v[u].z, num[3] += wu * v[u].w;
-                    den += wu;
-                }
-            }
-        }
-        T* out = static_cast<T*>(p.out) + row * D + 4 * d4;
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            out[c] = from_f32<T>(nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num[c] / den : 0.0f);
-    }
-    if (tid == 0) *counter = 0;
-}
-
-// grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads. FUSED: the last CTA of
-// each group merges the splits (counters: [n_seqs · n_head_kv · head_splits] arrivals, 0 between
-// launches); otherwise attention_decode_v2_merge_kernel does (counters unused).
-template <class T, int HG, bool FUSED>
-__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p, int* counters) {
+__global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
     pdl_wait();
     pdl_trigger();
     const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
@@ -300,7 +214,6 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
     dv2_split_range(p, p.positions[t], split, lo, hi);
     // A split past the row's keys writes nothing: the merge skips it (one split: write zeros).
     if (lo <= hi || p.n_splits == 1) dv2_split_body<T, HG>(p, s, t, split, kvh, head0, nh, lo, hi);
-    if (FUSED && p.n_splits > 1) dv2_merge_last<T, HG>(p, counters, s, t, head0, nh);
 }
 
 // One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
@@ -354,35 +267,6 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
 }
 
-// Which path combines the splits (attention_decode_v2_set_fused_merge): the merge kernel by
-// default — the fused merge measured slower at batch 1 on an H100 (docs/cuda-backend.md).
-std::atomic<bool> g_fused_merge{false};
-
-// Split counters of the fused merge, zero between launches: one buffer per (device, stream),
-// grow-only. A grown buffer replaces the old one, which stays allocated and zero (a captured graph
-// may still point at it). Sized by the eager step before a capture, like the scratch.
-int* dv2_counters(backend& be, size_t count) {
-    static std::mutex mu;
-    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<int*, size_t>>();
-    cudaStream_t s = stream_of(be);
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    auto& b = (*bufs)[{dev, s}];
-    if (b.second < count) {
-        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-        CUDA_CHECK(cudaStreamIsCapturing(s, &st));
-        TETRA_CHECK(st == cudaStreamCaptureStatusNone,
-                    "cuda attention: the decode split counters must grow to %zu during graph capture (warm up first)",
-                    count);
-        size_t n = std::max<size_t>(count, std::max<size_t>(4096, 2 * b.second));
-        CUDA_CHECK(cudaMalloc(&b.first, n * sizeof(int)));
-        CUDA_CHECK(cudaMemsetAsync(b.first, 0, n * sizeof(int), s));
-        b.second = n;
-    }
-    return b.first;
-}
-
 int next_pow2(int x) {
     int y = 1;
     while (y < x) y *= 2;
@@ -417,15 +301,10 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
         p.part_o = reinterpret_cast<float*>(ws);
         p.part_lse = reinterpret_cast<float*>(ws + o_bytes);
     }
-    const bool fused = p.n_splits > 1 && g_fused_merge.load();
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
-    int* counters = fused ? dv2_counters(be, size_t(grid.y) * grid.z) : nullptr;
-    // Shared memory: the subgroup merge, reused by the split merge (weights, flags; smaller).
-    size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);
-    if (fused) smem = std::max(smem, size_t(HG) * (2 * p.n_splits + 2) * sizeof(float));
-    if (fused) launch_pdl(be, attention_decode_v2_kernel<T, HG, true>, grid, dim3(k_dv2_threads), smem, p, counters);
-    else launch_pdl(be, attention_decode_v2_kernel<T, HG, false>, grid, dim3(k_dv2_threads), smem, p, counters);
-    if (p.n_splits > 1 && !fused) {
+    const size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);  // the subgroup merge
+    launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
+    if (p.n_splits > 1) {
         int threads = (p.head_dim + 31) / 32 * 32;
         launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(rows)), dim3(threads), 0, p);
     }
@@ -470,8 +349,6 @@ std::string attention_decode_v2_accepts(const attention_args& a) {
 }
 
 }  // namespace
-
-void attention_decode_v2_set_fused_merge(bool fused) { g_fused_merge.store(fused); }
 
 void register_attention_decode_v2(kernel_registry& r) {
     r.add(make_kernel<attention_args>("attention", "attention_decode_v2_sm80",

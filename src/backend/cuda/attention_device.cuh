@@ -265,10 +265,6 @@ inline attn_params attn_base_params(const attention_args& a, size_t elt) {
     return p;
 }
 
-// attention_decode_v2_sm80 combines its key splits in a separate merge kernel (fused = false, the
-// default) or in the kernel itself (fused = true: the last CTA of each group, bit-identical;
-// test_attention_decode_fused_gpu). Process-wide; for tests and measurements.
-void attention_decode_v2_set_fused_merge(bool fused);
 
 // What both attention kernels cannot handle.
 inline std::string attn_accepts_common(const attention_args& a) {

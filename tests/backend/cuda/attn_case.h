@@ -1,4 +1,4 @@
-// The GPU attention tests' cases (test_backend_attention_gpu, test_attention_decode_fused_gpu): a
+// The GPU attention test's cases (test_backend_attention_gpu): a
 // batch of sequences (cached tokens + query rows each) over a paged cache with shuffled block
 // tables, the cache slots no sequence owns holding NaN (reading one fails the case), its metadata
 // on the host and on the GPU, and the tolerance vs the CPU oracle.
