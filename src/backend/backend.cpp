@@ -392,11 +392,18 @@ void backend::matmul(const tensor& x, const linear_weight& w, const tensor& out,
     run_op(*this, name, a, {&x, &out, &wt});
 }
 
+// An element-wise op's operands: a, b and out on this backend, a of an activation dtype, b and out
+// of a's dtype and shape.
+static void check_elementwise(const backend& be, const tensor& a, const tensor& b, const tensor& out, const char* op,
+                              const char* a_name, const char* b_name) {
+    check_on(be, a, op, a_name), check_on(be, b, op, b_name), check_on(be, out, op, "out");
+    check_act(a, op, a_name), check_dtype(b, a.type, op, b_name), check_dtype(out, a.type, op, "out");
+    check_shape(b, a.shape, op, b_name), check_shape(out, a.shape, op, "out");
+}
+
 void backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
     const char* op = "silu_mul";
-    check_on(*this, gate, op, "gate"), check_on(*this, up, op, "up"), check_on(*this, out, op, "out");
-    check_act(gate, op, "gate"), check_dtype(up, gate.type, op, "up"), check_dtype(out, gate.type, op, "out");
-    check_shape(up, gate.shape, op, "up"), check_shape(out, gate.shape, op, "out");
+    check_elementwise(*this, gate, up, out, op, "gate", "up");
     silu_mul_args a;
     a.act = gate.type, a.gate = gate, a.up = up, a.out = out;
     run_op(*this, op, a, {&gate, &up, &out});
@@ -421,9 +428,7 @@ void backend::silu_mul_gate_up(const tensor& gate_up, const tensor& out) {
 
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {
     const char* op = "add";
-    check_on(*this, x, op, "a"), check_on(*this, y, op, "b"), check_on(*this, out, op, "out");
-    check_act(x, op, "a"), check_dtype(y, x.type, op, "b"), check_dtype(out, x.type, op, "out");
-    check_shape(y, x.shape, op, "b"), check_shape(out, x.shape, op, "out");
+    check_elementwise(*this, x, y, out, op, "a", "b");
     add_args a;
     a.act = x.type, a.a = x, a.b = y, a.out = out;
     run_op(*this, op, a, {&x, &y, &out});

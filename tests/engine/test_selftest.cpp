@@ -15,6 +15,7 @@
 #include "engine/loaded_model.h"
 #include "engine/output_guard.h"
 #include "engine/selftest.h"
+#include "engine/guarded_request.h"
 #include "model/model.h"
 
 using namespace tetra;
@@ -23,11 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const std::string k_tiny = std::string(TETRA_SOURCE_DIR) + "/tests/data/checkpoints/llama_tiny_modelopt_ref";
-
-struct env_kernel {  // scoped TETRA_KERNEL
-    explicit env_kernel(const char* v) { setenv("TETRA_KERNEL", v, 1); }
-    ~env_kernel() { unsetenv("TETRA_KERNEL"); }
-};
 
 // Every test leaves the process registry without exclusions.
 struct selftest_fixture : ::testing::Test {
@@ -292,22 +288,7 @@ std::string guarded_request(const char* forced, bool debug_taps, guard_trip expe
     lo.skip_selftest = true;
     auto m = load_model(dir, lo);
     generator gen(*m->model, *m->be, *m->tok, m->max_model_len);
-    sampling_params p;
-    p.temperature = 0;
-    p.max_tokens = 8;
-    uint64_t before = output_guard::trips(expect);
-    log_level old = get_log_level();
-    if (debug_taps) set_log_level(log_level::DEBUG);
-    std::string msg;
-    try {
-        gen.generate({1, 17, 42, 99}, p);
-    } catch (const output_guard_error& e) {
-        EXPECT_EQ(e.trip, expect);
-        msg = e.what();
-    }
-    set_log_level(old);
-    *counted = output_guard::trips(expect) - before;
-    return msg;
+    return guarded_generate(gen, debug_taps, expect, counted);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "engine/generator.h"
 #include "engine/output_guard.h"
 #include "engine/selftest.h"
+#include "engine/guarded_request.h"
 #include "model/model.h"
 #include "nvfp4/nvfp4.h"
 #include "tokenizer/tokenizer.h"
@@ -34,10 +35,6 @@ const char* const k_faulty[] = {"faulty_matmul_nvfp4_w4a16_broadcast_sm80", "fau
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
-struct env_kernel {  // scoped TETRA_KERNEL
-    explicit env_kernel(const std::string& v) { setenv("TETRA_KERNEL", v.c_str(), 1); }
-    ~env_kernel() { unsetenv("TETRA_KERNEL"); }
-};
 
 struct fault_gpu : ::testing::Test {
     void SetUp() override { ASSERT_GT(cuda_device_count(), 0) << "a gpu test needs a CUDA device"; }
@@ -178,22 +175,7 @@ std::string guarded_request(const std::string& forced, bool nvfp4_lm_head, bool 
     auto m = create_model(c, w, *be, mo);
     auto tok = tokenizer::load_dir(k_tok);
     generator gen(*m, *be, *tok, 128);
-    sampling_params p;
-    p.temperature = 0;
-    p.max_tokens = 8;
-    uint64_t before = output_guard::trips(expect);
-    log_level old = get_log_level();
-    if (debug_taps) set_log_level(log_level::DEBUG);
-    std::string msg;
-    try {
-        gen.generate({1, 17, 42, 99}, p);
-    } catch (const output_guard_error& e) {
-        EXPECT_EQ(e.trip, expect) << e.what();
-        msg = e.what();
-    }
-    set_log_level(old);
-    *counted = output_guard::trips(expect) - before;
-    return msg;
+    return guarded_generate(gen, debug_taps, expect, counted);
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ enum class path { AUTO, SMALL, LARGE };
 struct dev_weight {
     cuda::w4a16_sm80_weight w;
     cuda::w4a16_sm80_workspace ws;
-    std::unique_ptr<dbuf> codes, scales, partial, counters, dequant, cublas;
+    std::unique_ptr<dbuf> codes, scales, dequant, cublas;  // partial and counters: fresh per run (run_guarded)
     dev_weight(const host_weight& h, int64_t m_max) {
         cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(h.n, h.k);
         std::vector<uint8_t> pc(d.codes_bytes), ps(d.scales_bytes);
@@ -141,11 +141,8 @@ struct dev_weight {
         cudaMemcpy(scales->p, ps.data(), ps.size(), cudaMemcpyHostToDevice);
         w.codes = codes->p, w.scales = scales->p, w.n = h.n, w.k = h.k, w.scale_global = h.scale_global;
         ws = cuda::w4a16_sm80_workspace_need(std::max<int64_t>(m_max, 65), h.n, h.k, sm_count());
-        partial = std::make_unique<dbuf>(ws.partial_bytes);
-        counters = std::make_unique<dbuf>(ws.counter_count * sizeof(int));
         dequant = std::make_unique<dbuf>(ws.dequant_bytes);
         cublas = std::make_unique<dbuf>(ws.cublas_bytes);
-        ws.partial = partial->p, ws.counters = static_cast<int*>(counters->p);
         ws.dequant = dequant->p, ws.cublas = cublas->p;
     }
 };
@@ -153,72 +150,19 @@ struct dev_weight {
 constexpr int GUARD = 64;  // bf16 sentinels before and after every output
 constexpr uint16_t SENTINEL = 0x7F7F;
 
-// Runs the W4A16 launcher; returns the [m, n] output, checking the guards.
-std::vector<uint16_t> run_w4a16(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, path pth) {
-    int64_t n = dw.w.n;
-    dbuf dx(x.size() * 2), dout(size_t(m * n + 2 * GUARD) * 2);
-    std::vector<uint16_t> host(static_cast<size_t>(m * n + 2 * GUARD), SENTINEL);
-    cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
-    uint16_t* out = static_cast<uint16_t*>(dout.p) + GUARD;
-    if (pth == path::SMALL) cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx.p, m, dw.w, out, dw.ws, sm_count(), 0);
-    else if (pth == path::LARGE) cuda::matmul_nvfp4_w4a16_sm80_large_launch(dx.p, m, dw.w, out, dw.ws, 0);
-    else cuda::matmul_nvfp4_w4a16_sm80_launch(dx.p, m, dw.w, out, dw.ws, sm_count(), 0);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost);
-    for (int i = 0; i < GUARD; ++i) {
-        EXPECT_EQ(host[size_t(i)], SENTINEL) << "guard before the output overwritten at " << i;
-        EXPECT_EQ(host[host.size() - 1 - size_t(i)], SENTINEL) << "guard after the output overwritten";
-    }
-    return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
-}
-
-// Runs the decode kernel with config `cfg` on a device of `sms` SMs (fewer than the real count
-// gives longer runs per warp: runs spanning several tiles); checks the guards like run_w4a16.
-std::vector<uint16_t> run_gemv(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
-                               const cuda::w4a16_gemv_config& cfg = {}, int sms = 0) {
-    if (sms == 0) sms = sm_count();
-    int64_t n = dw.w.n;
-    cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(n, dw.w.k, sms, cfg);
-    dbuf dx(x.size() * 2), dout(size_t(m * n + 2 * GUARD) * 2), part(pl.partial_bytes), cnt(pl.counter_count * 4);
-    std::vector<uint16_t> host(static_cast<size_t>(m * n + 2 * GUARD), SENTINEL);
-    cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
-    cuda::w4a16_sm80_workspace ws;
-    ws.partial = part.p, ws.partial_bytes = pl.partial_bytes;
-    ws.counters = static_cast<int*>(cnt.p), ws.counter_count = pl.counter_count;
-    cuda::matmul_nvfp4_w4a16_gemv_launch(dx.p, m, dw.w, static_cast<uint16_t*>(dout.p) + GUARD, ws, sms, 0, cfg);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost);
-    for (int i = 0; i < GUARD; ++i) {
-        EXPECT_EQ(host[size_t(i)], SENTINEL) << "guard before the output overwritten at " << i;
-        EXPECT_EQ(host[host.size() - 1 - size_t(i)], SENTINEL) << "guard after the output overwritten";
-    }
-    std::vector<int> counters(pl.counter_count);
-    cudaMemcpy(counters.data(), cnt.p, counters.size() * 4, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < counters.size(); ++i)
-        if (counters[i] != 0) {
-            ADD_FAILURE() << "split-K counter " << i << " left at " << counters[i];
-            break;
-        }
-    return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
-}
-
-// Runs the small-M kernel with config `cfg` planned for `sms` SMs (0: the device's; fewer gives
-// longer runs: runs spanning several row blocks), on its own workspace; checks the guards and
-// that the split-K counters are left zero.
-std::vector<uint16_t> run_small(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
-                                const cuda::w4a16_small_config& cfg, int sms = 0) {
-    if (sms == 0) sms = sm_count();
-    int64_t n = dw.w.n;
-    cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, n, dw.w.k, sms, cfg);
+// Uploads x, runs launch(x, out, ws) with out = an [m, n] output between sentinel guards and ws =
+// `ws` with fresh zeroed partial and counter buffers of its sizes, then checks the guards and that
+// every split-K counter is back at 0; returns the output.
+template <class Launch>
+std::vector<uint16_t> run_guarded(const std::vector<uint16_t>& x, int64_t m, int64_t n, cuda::w4a16_sm80_workspace ws,
+                                  Launch launch) {
     dbuf dx(x.size() * 2), dout(size_t(m * n + 2 * GUARD) * 2), part(std::max<size_t>(ws.partial_bytes, 4)),
         cnt(ws.counter_count * 4);
     ws.partial = part.p, ws.counters = static_cast<int*>(cnt.p);
     std::vector<uint16_t> host(static_cast<size_t>(m * n + 2 * GUARD), SENTINEL);
     cudaMemcpy(dx.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dout.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
-    cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx.p, m, dw.w, static_cast<uint16_t*>(dout.p) + GUARD, ws, sms, 0, cfg);
+    launch(dx.p, static_cast<uint16_t*>(dout.p) + GUARD, ws);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(host.data(), dout.p, host.size() * 2, cudaMemcpyDeviceToHost);
     for (int i = 0; i < GUARD; ++i) {
@@ -233,6 +177,37 @@ std::vector<uint16_t> run_small(const dev_weight& dw, const std::vector<uint16_t
             break;
         }
     return std::vector<uint16_t>(host.begin() + GUARD, host.end() - GUARD);
+}
+
+// Runs the W4A16 launcher (or one of its two paths); returns the [m, n] output, checking the guards.
+std::vector<uint16_t> run_w4a16(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, path pth) {
+    return run_guarded(x, m, dw.w.n, dw.ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+        if (pth == path::SMALL) cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx, m, dw.w, out, w, sm_count(), 0);
+        else if (pth == path::LARGE) cuda::matmul_nvfp4_w4a16_sm80_large_launch(dx, m, dw.w, out, w, 0);
+        else cuda::matmul_nvfp4_w4a16_sm80_launch(dx, m, dw.w, out, w, sm_count(), 0);
+    });
+}
+
+// Runs the decode kernel with config `cfg` on a device of `sms` SMs (fewer than the real count
+// gives longer runs per warp: runs spanning several tiles); checks the guards like run_w4a16.
+std::vector<uint16_t> run_gemv(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
+                               const cuda::w4a16_gemv_config& cfg = {}, int sms = 0) {
+    if (sms == 0) sms = sm_count();
+    cuda::w4a16_gemv_plan pl = cuda::w4a16_gemv_plan_of(dw.w.n, dw.w.k, sms, cfg);
+    cuda::w4a16_sm80_workspace ws;
+    ws.partial_bytes = pl.partial_bytes, ws.counter_count = pl.counter_count;
+    return run_guarded(x, m, dw.w.n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+        cuda::matmul_nvfp4_w4a16_gemv_launch(dx, m, dw.w, out, w, sms, 0, cfg);
+    });
+}
+
+std::vector<uint16_t> run_small(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
+                                const cuda::w4a16_small_config& cfg, int sms = 0) {
+    if (sms == 0) sms = sm_count();
+    cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, dw.w.n, dw.w.k, sms, cfg);
+    return run_guarded(x, m, dw.w.n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+        cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx, m, dw.w, out, w, sms, 0, cfg);
+    });
 }
 
 struct shape { int64_t n, k; };

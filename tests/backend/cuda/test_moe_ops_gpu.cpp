@@ -76,6 +76,20 @@ struct cases_t {
 const cases_t k_cases[] = {{4, 1, 1}, {4, 2, 3},  {4, 4, 64},  {8, 1, 3},   {8, 2, 64},
                            {8, 8, 1}, {128, 8, 1}, {128, 8, 3}, {128, 2, 64}, {128, 8, 64}};
 
+// moe_route on the CPU and on the GPU (outputs between guard bytes): ids and weights bit-equal.
+void expect_route_equal(const tensor& logits, int64_t k, bool norm, const std::string& vars) {
+    const int64_t nt = logits.dim(0);
+    tensor ids_c = tensor::alloc(dtype::I32, {nt, k}), w_c = tensor::alloc(dtype::F32, {nt, k});
+    moe_route(cpu_be(), logits, norm, ids_c, w_c);
+    gpu_guarded ids_g = make_gpu_guarded(dtype::I32, {nt, k}), w_g = make_gpu_guarded(dtype::F32, {nt, k});
+    moe_route(gpu_be(), to_gpu(logits), norm, ids_g.view, w_g.view);
+    bool ok1 = false, ok2 = false;
+    tensor ids = ids_g.result(&ok1), w = w_g.result(&ok2);
+    EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
+    EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
+    EXPECT_EQ(same_f32(w, w_c), "") << vars;
+}
+
 }  // namespace
 
 // Logits: bf16 N(0, 3²) (continuous), or multiples of 1/8 in [-1, 1] (many exact ties: the lower
@@ -94,16 +108,7 @@ TEST(moe_ops_gpu, route_equals_cpu_bitwise) {
                     v[0] = NAN;  // token 0: NaN at expert 0 (all of its p are NaN)
                     if (c.nt > 1) v[size_t(c.ne + c.ne / 2)] = NAN;  // token 1: NaN in the middle
                 }
-                tensor logits = make_tensor(dtype::BF16, {c.nt, c.ne}, v);
-                tensor ids_c = tensor::alloc(dtype::I32, {c.nt, c.k}), w_c = tensor::alloc(dtype::F32, {c.nt, c.k});
-                moe_route(cpu_be(), logits, norm, ids_c, w_c);
-                gpu_guarded ids_g = make_gpu_guarded(dtype::I32, {c.nt, c.k}), w_g = make_gpu_guarded(dtype::F32, {c.nt, c.k});
-                moe_route(gpu_be(), to_gpu(logits), norm, ids_g.view, w_g.view);
-                bool ok1 = false, ok2 = false;
-                tensor ids = ids_g.result(&ok1), w = w_g.result(&ok2);
-                EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
-                EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
-                EXPECT_EQ(same_f32(w, w_c), "") << vars;
+                expect_route_equal(make_tensor(dtype::BF16, {c.nt, c.ne}, v), c.k, norm, vars);
                 ++n_cases;
             }
     EXPECT_EQ(n_cases, 60);
@@ -169,17 +174,7 @@ TEST(moe_ops_gpu, route_stress_equals_cpu_bitwise) {
                                 std::vector<double> row = route_row(r, kind >= 0 ? kind : int(t % k_route_kinds), ne, t);
                                 v.insert(v.end(), row.begin(), row.end());
                             }
-                            tensor logits = make_tensor(type, {nt, ne}, v);
-                            tensor ids_c = tensor::alloc(dtype::I32, {nt, k}), w_c = tensor::alloc(dtype::F32, {nt, k});
-                            moe_route(cpu_be(), logits, norm, ids_c, w_c);
-                            gpu_guarded ids_g = make_gpu_guarded(dtype::I32, {nt, k});
-                            gpu_guarded w_g = make_gpu_guarded(dtype::F32, {nt, k});
-                            moe_route(gpu_be(), to_gpu(logits), norm, ids_g.view, w_g.view);
-                            bool ok1 = false, ok2 = false;
-                            tensor ids = ids_g.result(&ok1), w = w_g.result(&ok2);
-                            EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
-                            EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
-                            EXPECT_EQ(same_f32(w, w_c), "") << vars;
+                            expect_route_equal(make_tensor(type, {nt, ne}, v), k, norm, vars);
                             ++n_cases;
                         }
         }
