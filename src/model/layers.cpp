@@ -118,11 +118,7 @@ class dense_decoder final : public causal_lm {
             k_ids_ = part_rows(be, n, c.n_head_kv, heads, c.n_head);
             v_ids_ = part_rows(be, n, c.n_head_kv, heads, c.n_head + c.n_head_kv);
         }
-        if (any_gu) {  // [n, gate | up]; split as rows of n_ff when n > 1
-            gu_ = be.alloc(act_, {n, 2 * c.n_ff});
-            gate_ids_ = part_rows(be, n, 1, 2, 0);
-            up_ids_ = part_rows(be, n, 1, 2, 1);
-        }
+        if (any_gu) gu_ = be.alloc(act_, {n, 2 * c.n_ff});  // [n, gate | up], read by silu_mul_gate_up
         (void)kv_dim;
     }
 
@@ -178,13 +174,15 @@ class dense_decoder final : public causal_lm {
             if (L.moe) {
                 moe_->forward(*L.moe, h, proj, mode_);
             } else {
-                if (L.fused_gate_up) {
-                    gate_up_proj(L, h, n, gate, up);
+                if (L.fused_gate_up) {  // one matmul into [n, gate | up], silu · up on the row halves
+                    tensor gu = tensor_rows(gu_, 0, n);
+                    be_.matmul(h, L.gate_up, gu, mode_);
+                    be_.silu_mul_gate_up(gu, gate);
                 } else {
                     be_.matmul(h, L.gate, gate, mode_);
                     be_.matmul(h, L.up, up, mode_);
+                    be_.silu_mul(gate, up, gate);
                 }
-                be_.silu_mul(gate, up, gate);
                 be_.matmul(gate, L.down, proj, mode_);
             }
             tap("ffn_out", il, proj);
@@ -231,21 +229,6 @@ class dense_decoder final : public causal_lm {
         be_.get_rows(heads, tensor_rows(k_ids_, 0, n * c.n_head_kv), tensor_reshape(k, {n * c.n_head_kv, hd}));
         be_.get_rows(heads, tensor_rows(v_ids_, 0, n * c.n_head_kv), tensor_reshape(v, {n * c.n_head_kv, hd}));
     }
-    // One matmul into [n, gate | up]; views for one row, else gathered as rows of n_ff.
-    void gate_up_proj(const decoder_layer_weights& L, const tensor& h, int64_t n, tensor& gate, tensor& up) {
-        const int64_t ff = cfg_.n_ff;
-        tensor gu = tensor_rows(gu_, 0, n);
-        be_.matmul(h, L.gate_up, gu, mode_);
-        if (n == 1) {
-            tensor flat = tensor_reshape(gu, {2 * ff});
-            gate = tensor_reshape(tensor_rows(flat, 0, ff), {1, ff});
-            up = tensor_reshape(tensor_rows(flat, ff, ff), {1, ff});
-            return;
-        }
-        tensor rows = tensor_reshape(gu, {2 * n, ff});
-        be_.get_rows(rows, tensor_rows(gate_ids_, 0, n), gate);
-        be_.get_rows(rows, tensor_rows(up_ids_, 0, n), up);
-    }
     void tap(const char* name, int il, const tensor& t) {
         if (tap_) tap_(name, il, t);
     }
@@ -253,7 +236,7 @@ class dense_decoder final : public causal_lm {
     matmul_mode mode_;
     int fused_stage_ = -1;  // fused_stage(): -1 not asked yet
     tensor residual_, h_, q_, k_, v_, attn_, proj_, gate_, up_, last_, logits_, logits_view_, inv_freq_;
-    tensor qkv_, gu_, q_ids_, k_ids_, v_ids_, gate_ids_, up_ids_;  // fused projections (see qkv_proj)
+    tensor qkv_, gu_, q_ids_, k_ids_, v_ids_;  // fused projections (see qkv_proj)
     std::unique_ptr<moe_ffn> moe_;  // buffers of the MoE layers (models with n_expert > 0)
 };
 
