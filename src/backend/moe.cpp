@@ -51,50 +51,7 @@ void check_expert(const backend& b, const linear_weight& w, size_t e, const line
                     op, e, int(w.has_input_scale), double(w.input_global_quant));
 }
 
-// moe_router's checks; the args with align filled (the operands as run_op sees them).
-moe_router_args moe_router_checked(const backend& be, const tensor& x, const linear_weight& router, bool norm_topk_prob,
-                                   const tensor& logits, const tensor& topk_ids, const tensor& topk_weights) {
-    const char* op = "moe_router";
-    check_on(be, x, op, "x"), check_on(be, logits, op, "logits"), check_on(be, topk_ids, op, "topk_ids");
-    check_on(be, topk_weights, op, "topk_weights");
-    check_rank(x, 2, op, "x"), check_act(x, op, "x");
-    TETRA_CHECK(router.kind == linear_kind::DENSE, "%s: 'router' is an NVFP4 weight; expected a dense one", op);
-    check_on(be, router.dense, op, "router.dense"), check_act(router.dense, op, "router.dense");
-    check_shape(router.dense, {router.n_out, router.n_in}, op, "router.dense");
-    const int64_t n_tokens = x.dim(0), n_expert = router.n_out;
-    TETRA_CHECK(x.dim(1) == router.n_in, "%s: x %s has n_embd = %lld; the router expects n_in = %lld", op,
-                x.shape_str().c_str(), (long long)x.dim(1), (long long)router.n_in);
-    check_dtype(logits, x.type, op, "logits"), check_shape(logits, {n_tokens, n_expert}, op, "logits");
-    check_rank(topk_ids, 2, op, "topk_ids"), check_dtype(topk_ids, dtype::I32, op, "topk_ids");
-    const int64_t k = topk_ids.dim(1);
-    TETRA_CHECK(k >= 1 && k <= n_expert, "%s: k = %lld experts per token; expected 1..n_expert = %lld", op,
-                (long long)k, (long long)n_expert);
-    check_shape(topk_ids, {n_tokens, k}, op, "topk_ids");
-    check_dtype(topk_weights, dtype::F32, op, "topk_weights"), check_shape(topk_weights, {n_tokens, k}, op, "topk_weights");
-    moe_router_args a;
-    a.act = x.type, a.x = x, a.logits = logits, a.topk_ids = topk_ids, a.topk_weights = topk_weights;
-    a.router = &router, a.n_tokens = n_tokens, a.n_embd = x.dim(1), a.n_expert = n_expert, a.k = k;
-    a.norm_topk_prob = norm_topk_prob;
-    a.align = ptr_align({&x, &router.dense, &logits, &topk_ids, &topk_weights});
-    return a;
-}
-
 }  // namespace
-
-void moe_router(backend& be, const tensor& x, const linear_weight& router, bool norm_topk_prob, const tensor& logits,
-                const tensor& topk_ids, const tensor& topk_weights) {
-    moe_router_args a = moe_router_checked(be, x, router, norm_topk_prob, logits, topk_ids, topk_weights);
-    run_op(be, "moe_router", a, {&x, &router.dense, &logits, &topk_ids, &topk_weights});
-}
-
-bool has_moe_router(const backend& be, const tensor& x, const linear_weight& router, const tensor& logits,
-                    const tensor& topk_ids, const tensor& topk_weights) {
-    if (router.kind != linear_kind::DENSE) return false;
-    moe_router_args a = moe_router_checked(be, x, router, false, logits, topk_ids, topk_weights);
-    for (const kernel_candidate& c : kernel_registry::instance().candidates("moe_router", be.device(), &a))
-        if (c.eligible) return true;
-    return false;
-}
 
 void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
                const tensor& topk_weights) {

@@ -21,20 +21,6 @@ namespace tetra {
 void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
                const tensor& topk_weights);
 
-// The router matmul and moe_route in one op (one launch at decode): logits = x · routerᵀ exactly as
-// backend::matmul computes it (f32 accumulation, rounded to the activation dtype; written out), then
-// moe_route on those rounded logits. The CPU kernel is that composition (so a CPU forward is
-// bit-identical either way); a device kernel may sum in another fixed order (logits within the
-// matmul's tolerance) but routes its own logits with moe_route's exact arithmetic. Not every backend
-// has a kernel for every shape (decode-sized n_tokens only on CUDA): ask has_moe_router() and fall
-// back to matmul + moe_route.
-// x: [n_tokens, n_embd] act; router: dense [n_expert, n_embd] (prepared for this backend);
-// logits: [n_tokens, n_expert] act (x's dtype); topk_ids, topk_weights as moe_route
-void moe_router(backend& be, const tensor& x, const linear_weight& router, bool norm_topk_prob, const tensor& logits,
-                const tensor& topk_ids, const tensor& topk_weights);
-bool has_moe_router(const backend& be, const tensor& x, const linear_weight& router, const tensor& logits,
-                    const tensor& topk_ids, const tensor& topk_weights);
-
 // Permutation: the n_tokens·k (token, slot) assignments grouped by expert, each group in ascending
 // (token, slot) order (a stable counting sort: the result does not depend on threading).
 //   expert_counts[e]  = assignments to expert e
@@ -74,15 +60,6 @@ struct moe_route_args : op_args {
     bool norm_topk_prob = false;
 };
 
-// "moe_router". x: [n_tokens, n_embd] act; router->dense: [n_expert, n_embd] bf16|f16|f32;
-// logits: [n_tokens, n_expert] act; topk_ids: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k]
-struct moe_router_args : op_args {
-    tensor x, logits, topk_ids, topk_weights;
-    const linear_weight* router = nullptr;
-    int64_t n_tokens = 0, n_embd = 0, n_expert = 0, k = 0;
-    bool norm_topk_prob = false;
-};
-
 // "moe_permute"
 struct moe_permute_args : op_args {
     tensor topk_ids, expert_counts, expert_offsets, sorted_tokens, dest_rows;
@@ -103,7 +80,7 @@ struct moe_combine_args : op_args {
 };
 
 namespace cpu {
-// Adds the CPU tables of the five MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.
+// Adds the CPU tables of the four MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.
 void register_moe_kernels(kernel_registry& r);
 }  // namespace cpu
 

@@ -560,38 +560,6 @@ void case_builder::moe_cases() {
         return out;
     };
     cases.push_back(r);
-    // the fused router (backend/moe.h moe_router): x, w ∈ {-2..2}/4 make every partial sum exact in
-    // f32, so the logits (and hence ids and weights) cannot depend on the kernel's summation order
-    op_case fr = r;
-    fr.op = "moe_router";
-    fr.label = strfmt("moe_router %lld experts top %lld", (long long)ne, (long long)k);
-    fr.what = strfmt("moe_router x[%lld, %lld] %s · router[%lld, %lld] bf16 (quarter steps)", (long long)nt, (long long)n,
-                     dtype_name(a), (long long)ne, (long long)n);
-    fr.run = [=](backend& be, int, const launch_fn& launch) {
-        auto quarters = [](dtype t, std::vector<int64_t> shape, uint32_t seed) {  // {-2..2}/4: exact in every act
-            tensor h = tensor::alloc(t, std::move(shape));
-            for (int64_t i = 0; i < h.numel(); ++i) {
-                seed = seed * 1664525u + 1013904223u;
-                const float v = float(int((seed >> 16) % 5u) - 2) / 4.0f;
-                if (t == dtype::F32) h.ptr<float>()[i] = v;
-                else h.ptr<uint16_t>()[i] = t == dtype::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-            }
-            return h;
-        };
-        linear_weight host;
-        host.kind = linear_kind::DENSE, host.n_out = ne, host.n_in = n, host.dense = quarters(dtype::BF16, {ne, n}, 96);
-        const linear_weight router = be.prepare_linear(host);
-        moe_router_args g;
-        g.act = a, g.x = be.upload(quarters(a, {nt, n}, 98)), g.router = &router, g.logits = be.alloc(a, {nt, ne});
-        g.topk_ids = be.alloc(dtype::I32, {nt, k}), g.topk_weights = be.alloc(dtype::F32, {nt, k});
-        g.n_tokens = nt, g.n_embd = n, g.n_expert = ne, g.k = k, g.norm_topk_prob = norm;
-        g.align = ptr_align({&g.x, &router.dense, &g.logits, &g.topk_ids, &g.topk_weights});
-        launch(g);
-        std::vector<float> out;
-        append_f32(be, g.logits, out), append_f32(be, g.topk_ids, out), append_f32(be, g.topk_weights, out);
-        return out;
-    };
-    cases.push_back(fr);
     op_case p = r;
     p.op = "moe_permute";
     p.label = strfmt("moe_permute %lld experts top %lld", (long long)ne, (long long)k);

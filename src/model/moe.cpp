@@ -1,6 +1,6 @@
 // MoE feed-forward block (moe.h): weight loading with config shape checks (each expert's gate/up
 // stacked into one weight where exact), and the forward as a fixed sequence of backend ops over
-// buffers sized for max_tokens (views of the first n rows; the router as one op when fused_router).
+// buffers sized for max_tokens (views of the first n rows).
 #include "model/moe.h"
 
 #include <optional>
@@ -117,12 +117,8 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     tensor logits = tensor_rows(logits_, 0, n), ids = tensor_rows(ids_, 0, n), wts = tensor_rows(weights_, 0, n);
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
     tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), ys = tensor_rows(ys_, 0, rows);
-    if (L.fused_router && has_moe_router(be_, h, L.router, logits, ids, wts)) {
-        moe_router(be_, h, L.router, c_.norm_topk_prob, logits, ids, wts);  // one launch: logits + top-k
-    } else {
-        be_.matmul(h, L.router, logits, mode);
-        moe_route(be_, logits, c_.norm_topk_prob, ids, wts);
-    }
+    be_.matmul(h, L.router, logits, mode);
+    moe_route(be_, logits, c_.norm_topk_prob, ids, wts);
     moe_permute(be_, ids, c_.n_expert, counts_, offsets_, sorted, dest);
     be_.get_rows(h, sorted, xs);
     if (L.fused_gate_up) {  // one grouped matmul into [rows, gate | up]

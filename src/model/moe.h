@@ -25,11 +25,6 @@ struct moe_layer_weights {
     bool fused_gate_up = false, fused_shared_gate_up = false;
     std::vector<linear_weight> gate_up;  // n_expert: rows [gate_e | up_e]: [2·n_ff_exp, n_embd]
     linear_weight shared_gate_up;        // rows [gate | up]: [2·n_ff_shexp, n_embd]
-    // The router matmul and top-k as one op (backend/moe.h moe_router) where the backend has a kernel
-    // for the call (a dense router; on CUDA decode-sized batches), else matmul + moe_route. Off by
-    // default, not set by load_moe_layer: on the H100 the fused CUDA kernel measured slower than the
-    // two ops (docs/moe.md "Fused router"); a caller may set it for a dense router.
-    bool fused_router = false;
 };
 
 // Reads "<prefix>mlp.gate", "<prefix>mlp.experts.<e>.{gate,up,down}_proj" and, with a shared expert,
