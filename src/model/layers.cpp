@@ -103,8 +103,10 @@ class dense_decoder final : public causal_lm {
         v_ = be.alloc(act_, {n, c.n_head_kv, c.head_dim});
         attn_ = be.alloc(act_, {n, q_dim});
         proj_ = be.alloc(act_, {n, c.n_embd});
-        gate_ = be.alloc(act_, {n, c.n_ff});
-        up_ = be.alloc(act_, {n, c.n_ff});
+        bool any_dense_ffn = false, any_split_gu = false;  // MoE layers and fused gate/up need neither buffer
+        for (const auto& L : w_.layers) any_dense_ffn |= !L.moe, any_split_gu |= !L.moe && !L.fused_gate_up;
+        if (any_dense_ffn) gate_ = be.alloc(act_, {n, c.n_ff});
+        if (any_split_gu) up_ = be.alloc(act_, {n, c.n_ff});
         last_ = be.alloc(act_, {n, c.n_embd});
         logits_ = be.alloc(act_, {n, c.n_vocab});
         inv_freq_ = be.upload(rope_inv_freq(rope_params_of(c.rope), c.head_dim));
@@ -131,7 +133,8 @@ class dense_decoder final : public causal_lm {
                     (long long)c.n_layer);
         tensor residual = tensor_rows(residual_, 0, n), h = tensor_rows(h_, 0, n), q = tensor_rows(q_, 0, n),
                k = tensor_rows(k_, 0, n), v = tensor_rows(v_, 0, n), attn = tensor_rows(attn_, 0, n),
-               proj = tensor_rows(proj_, 0, n), gate = tensor_rows(gate_, 0, n), up = tensor_rows(up_, 0, n);
+               proj = tensor_rows(proj_, 0, n);
+        tensor gate = gate_.data ? tensor_rows(gate_, 0, n) : tensor{}, up = up_.data ? tensor_rows(up_, 0, n) : tensor{};
         float scale = 1.0f / std::sqrt(float(c.head_dim));
         be_.embedding(w_.embed, b.ids, residual);
         tap("embd", -1, residual);
