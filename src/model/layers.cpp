@@ -22,8 +22,10 @@ tensor load_vec(model_weights& w, backend& be, const std::string& name, int64_t 
     return be.upload(t);
 }
 
+}  // namespace
+
 const linear_weight& host_linear(model_weights& w, const std::string& module, int64_t n_out, int64_t n_in,
-                                 bool dense_ok = false) {
+                                 bool dense_ok) {
     const linear_weight& l = w.linear(module, dense_ok);
     TETRA_CHECK(l.n_out == n_out && l.n_in == n_in, "%s: linear '%s' is [%lld, %lld]; expected [%lld, %lld] from config.json",
                 w.dir.c_str(), module.c_str(), (long long)l.n_out, (long long)l.n_in, (long long)n_out, (long long)n_in);
@@ -31,11 +33,9 @@ const linear_weight& host_linear(model_weights& w, const std::string& module, in
 }
 
 linear_weight load_linear(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
-                          bool dense_ok = false) {
+                          bool dense_ok) {
     return be.prepare_linear(host_linear(w, module, n_out, n_in, dense_ok));
 }
-
-}  // namespace
 
 // layers.h
 std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>& ls) {

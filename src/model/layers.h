@@ -34,6 +34,14 @@ struct decoder_weights {
     linear_weight lm_head;        // [n_vocab, n_embd] (the embedding when tied)
 };
 
+// The host linear `module` (dense allowed only with dense_ok), its [n_out, n_in] checked against
+// the config (the error names the checkpoint dir and the module); load_linear also prepares it on
+// the backend. Used here and by the MoE loader (moe.cpp).
+const linear_weight& host_linear(model_weights& w, const std::string& module, int64_t n_out, int64_t n_in,
+                                 bool dense_ok = false);
+linear_weight load_linear(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
+                          bool dense_ok = false);
+
 // Host linears stacked row-wise into one [Σ n_out, n_in] weight when a single matmul computes all
 // of them exactly: same kind and n_in; NVFP4 with bit-equal scale_global and activation scales;
 // dense with the same dtype; all on the host. Every output element is the same dot product as

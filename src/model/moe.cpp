@@ -13,28 +13,14 @@ namespace tetra {
 
 namespace {
 
-const linear_weight& host(model_weights& w, const std::string& module, int64_t n_out, int64_t n_in,
-                          bool dense_ok = false) {
-    const linear_weight& l = w.linear(module, dense_ok);
-    TETRA_CHECK(l.n_out == n_out && l.n_in == n_in,
-                "%s: linear '%s' is [%lld, %lld]; expected [%lld, %lld] from config.json", w.dir.c_str(),
-                module.c_str(), (long long)l.n_out, (long long)l.n_in, (long long)n_out, (long long)n_in);
-    return l;
-}
-
-linear_weight load(model_weights& w, backend& be, const std::string& module, int64_t n_out, int64_t n_in,
-                   bool dense_ok = false) {
-    return be.prepare_linear(host(w, module, n_out, n_in, dense_ok));
-}
-
 // Every expert's gate/up pair stacked (moe_layer_weights::gate_up), or empty when one pair does not
 // stack exactly (the layer then keeps the separate projections).
 std::vector<linear_weight> load_gate_up(const model_config& c, model_weights& w, backend& be, const std::string& p) {
     std::vector<linear_weight> gu;
     for (int64_t e = 0; e < c.n_expert; ++e) {
         std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        const linear_weight& g = host(w, x + "gate_proj", c.n_ff_exp, c.n_embd);
-        const linear_weight& u = host(w, x + "up_proj", c.n_ff_exp, c.n_embd);
+        const linear_weight& g = host_linear(w, x + "gate_proj", c.n_ff_exp, c.n_embd);
+        const linear_weight& u = host_linear(w, x + "up_proj", c.n_ff_exp, c.n_embd);
         std::optional<linear_weight> f = stack_rows({&g, &u});
         if (!f) return {};
         gu.push_back(be.prepare_linear(*f));
@@ -49,16 +35,16 @@ moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backen
     moe_layer_weights L;
     // Routers and the shared-expert gate are never Linear quantization targets (ModelOpt and
     // compressed-tensors keep them dense): dense_ok, and an NVFP4 one is taken as the checkpoint says.
-    L.router = load(w, be, p + "mlp.gate", c.n_expert, c.n_embd, /*dense_ok=*/true);
+    L.router = load_linear(w, be, p + "mlp.gate", c.n_expert, c.n_embd, /*dense_ok=*/true);
     if (fuse) L.gate_up = load_gate_up(c, w, be, p);
     L.fused_gate_up = !L.gate_up.empty();
     for (int64_t e = 0; e < c.n_expert; ++e) {
         std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         if (!L.fused_gate_up) {
-            L.gate.push_back(load(w, be, x + "gate_proj", c.n_ff_exp, c.n_embd));
-            L.up.push_back(load(w, be, x + "up_proj", c.n_ff_exp, c.n_embd));
+            L.gate.push_back(load_linear(w, be, x + "gate_proj", c.n_ff_exp, c.n_embd));
+            L.up.push_back(load_linear(w, be, x + "up_proj", c.n_ff_exp, c.n_embd));
         }
-        L.down.push_back(load(w, be, x + "down_proj", c.n_embd, c.n_ff_exp));
+        L.down.push_back(load_linear(w, be, x + "down_proj", c.n_embd, c.n_ff_exp));
     }
     for (const auto* v : {&L.gate, &L.up, &L.gate_up, &L.down})
         for (const linear_weight& e : *v)
@@ -67,16 +53,16 @@ moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backen
                         w.dir.c_str(), p.c_str());
     L.has_shared = c.n_ff_shexp > 0;
     if (L.has_shared) {
-        const linear_weight& g = host(w, p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
-        const linear_weight& u = host(w, p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
+        const linear_weight& g = host_linear(w, p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
+        const linear_weight& u = host_linear(w, p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
         if (auto f = fuse ? stack_rows({&g, &u}) : std::nullopt) {
             L.shared_gate_up = be.prepare_linear(*f);
             L.fused_shared_gate_up = true;
         } else {
             L.shared_gate = be.prepare_linear(g), L.shared_up = be.prepare_linear(u);
         }
-        L.shared_down = load(w, be, p + "mlp.shared_expert.down_proj", c.n_embd, c.n_ff_shexp);
-        L.shared_expert_gate = load(w, be, p + "mlp.shared_expert_gate", 1, c.n_embd, /*dense_ok=*/true);
+        L.shared_down = load_linear(w, be, p + "mlp.shared_expert.down_proj", c.n_embd, c.n_ff_shexp);
+        L.shared_expert_gate = load_linear(w, be, p + "mlp.shared_expert_gate", 1, c.n_embd, /*dense_ok=*/true);
     }
     return L;
 }
