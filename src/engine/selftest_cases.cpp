@@ -48,6 +48,15 @@ void append_f32(backend& be, const tensor& t, std::vector<float>& out) {
     }
 }
 
+// A case's run: launches the op on its args, then returns its outputs as f32 in the order given.
+std::vector<float> launch_read(backend& be, const launch_fn& launch, op_args& args,
+                               std::initializer_list<const tensor*> outputs) {
+    launch(args);
+    std::vector<float> r;
+    for (const tensor* t : outputs) append_f32(be, *t, r);
+    return r;
+}
+
 using op_checks::ptr_align;  // op_args::align as the op wrappers fill it
 
 // ---- cases ----------------------------------------------------------------------------------------
@@ -114,10 +123,7 @@ struct case_builder {
         g.ids = be.upload(host_i32(ids, {int64_t(ids.size())}));
         g.out = be.alloc(a, {int64_t(ids.size()), src.dim(1)});
         g.align = ptr_align({&g.src, &g.ids, &g.out});
-        launch(g);
-        std::vector<float> r;
-        append_f32(be, g.out, r);
-        return r;
+        return launch_read(be, launch, g, {&g.out});
     }
 
     void get_rows_cases() {
@@ -161,10 +167,7 @@ struct case_builder {
             g.positions = be.upload(host_i32({0, 7, last}, {3}));
             g.inv_freq = be.upload(inv);
             g.align = ptr_align({&g.q, &g.k, &g.positions, &g.inv_freq});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.q, r), append_f32(be, g.k, r);
-            return r;
+            return launch_read(be, launch, g, {&g.q, &g.k});
         };
         cases.push_back(k);
     }
@@ -197,10 +200,7 @@ struct case_builder {
             g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 44));
             g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
             g.align = ptr_align({&g.qkv, &g.q_out, &g.k_cache, &g.v_cache});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.q_out, r), append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
-            return r;
+            return launch_read(be, launch, g, {&g.q_out, &g.k_cache, &g.v_cache});
         };
         cases.push_back(k);
     }
@@ -223,10 +223,7 @@ struct case_builder {
             g.v_cache = be.upload(host_random(a, {4, 16, nkv, hd}, 34));
             g.slot_mapping = be.upload(host_i32({17, 3, -1}, {3}));
             g.align = ptr_align({&g.k, &g.v, &g.k_cache, &g.v_cache, &g.slot_mapping});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.k_cache, r), append_f32(be, g.v_cache, r);
-            return r;
+            return launch_read(be, launch, g, {&g.k_cache, &g.v_cache});
         };
         cases.push_back(s);
         // Decode: two sequences, one query token each (kv lengths 37 and 5); prefill: one chunk of
@@ -267,10 +264,7 @@ struct case_builder {
                     m.slot_mapping = be.upload(host_i32({-1, -1}, {2}));
                 }
                 g.align = ptr_align({&g.q, &g.k_cache, &g.v_cache, &g.out});
-                launch(g);
-                std::vector<float> r;
-                append_f32(be, g.out, r);
-                return r;
+                return launch_read(be, launch, g, {&g.out});
             };
             cases.push_back(k);
         }
@@ -307,10 +301,7 @@ struct case_builder {
             g.rows = be.upload(rows_t), g.entries = be.upload(ents_t), g.out = be.alloc(dtype::I32, {3});
             g.n_rows = 3, g.n_vocab = nv, g.n_entries = 3;
             g.align = ptr_align({&g.logits, &g.rows, &g.entries, &g.out});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
+            return launch_read(be, launch, g, {&g.out});
         };
         cases.push_back(k);
         op_case st;
@@ -349,10 +340,7 @@ struct case_builder {
             g.up = be.upload(host_random(a, {3, nf}, 52));
             g.out = be.alloc(a, {3, nf});
             g.align = ptr_align({&g.gate, &g.up, &g.out});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
+            return launch_read(be, launch, g, {&g.out});
         };
         cases.push_back(k);
         if (a == dtype::F32) return;  // the runner casts logits to f32 only when the activations are not f32
@@ -366,10 +354,7 @@ struct case_builder {
             cast_args g;
             g.act = a, g.src = be.upload(host_random(a, {3, nv}, 61, 40.0f)), g.out = be.alloc(dtype::F32, {3, nv});
             g.align = ptr_align({&g.src, &g.out});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
+            return launch_read(be, launch, g, {&g.out});
         };
         cases.push_back(t);
     }
@@ -466,10 +451,7 @@ void case_builder::matmul_cases() {
             g.w = &pw, g.m = m, g.n = n, g.k = host.n_in;
             const tensor& wt = pw.kind == linear_kind::DENSE ? pw.dense : pw.codes;
             g.align = ptr_align({&g.x, &g.out, &wt});
-            launch(g);
-            std::vector<float> r;
-            append_f32(be, g.out, r);
-            return r;
+            return launch_read(be, launch, g, {&g.out});
         };
         // Selection at the real shape [M, n_in] x [n_out, n_in] with the whole weight prepared for
         // the backend (a kernel's accepts() may check the prepared layout); x and out are shape-only
@@ -512,10 +494,7 @@ void case_builder::quantize_case(const linear_weight& lw, const std::string& mod
         g.act = a, g.x = be.upload(host_random(a, {3, n}, 81, xs)), g.global_quant = g_x;
         g.codes = be.alloc(dtype::U8, {3, n / 2}), g.scales = be.alloc(dtype::E4M3, {3, n / 16});
         g.align = ptr_align({&g.x, &g.codes, &g.scales});
-        launch(g);
-        std::vector<float> r;
-        append_f32(be, g.codes, r), append_f32(be, g.scales, r);
-        return r;
+        return launch_read(be, launch, g, {&g.codes, &g.scales});
     };
     cases.push_back(k);
 }
@@ -554,10 +533,7 @@ void case_builder::moe_cases() {
         g.topk_ids = be.alloc(dtype::I32, {nt, k}), g.topk_weights = be.alloc(dtype::F32, {nt, k});
         g.n_tokens = nt, g.n_expert = ne, g.k = k, g.norm_topk_prob = norm;
         g.align = ptr_align({&g.logits, &g.topk_ids, &g.topk_weights});
-        launch(g);
-        std::vector<float> out;
-        append_f32(be, g.topk_ids, out), append_f32(be, g.topk_weights, out);
-        return out;
+        return launch_read(be, launch, g, {&g.topk_ids, &g.topk_weights});
     };
     cases.push_back(r);
     op_case p = r;
@@ -573,10 +549,7 @@ void case_builder::moe_cases() {
         g.sorted_tokens = be.alloc(dtype::I32, {nt * k}), g.dest_rows = be.alloc(dtype::I32, {nt, k});
         g.n_tokens = nt, g.n_expert = ne, g.k = k;
         g.align = ptr_align({&g.topk_ids, &g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows});
-        launch(g);
-        std::vector<float> out;
-        for (const tensor* t : {&g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows}) append_f32(be, *t, out);
-        return out;
+        return launch_read(be, launch, g, {&g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows});
     };
     cases.push_back(p);
     op_case m = r;
@@ -596,10 +569,7 @@ void case_builder::moe_cases() {
         if (shared) g.shared = be.upload(host_random(a, {nt, n}, 94)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 95, 3.0f));
         g.n_tokens = nt, g.k = k, g.n = n;
         g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out});
-        launch(g);
-        std::vector<float> out;
-        append_f32(be, g.out, out);
-        return out;
+        return launch_read(be, launch, g, {&g.out});
     };
     cases.push_back(m);
     // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
@@ -614,10 +584,7 @@ void case_builder::moe_cases() {
         g.act = a, g.gate = be.upload(host_random(a, {3, 2 * nf}, 97, 8.0f)), g.out = be.alloc(a, {3, nf});
         g.n_ff = nf;
         g.align = ptr_align({&g.gate, &g.out});
-        launch(g);
-        std::vector<float> out;
-        append_f32(be, g.out, out);
-        return out;
+        return launch_read(be, launch, g, {&g.out});
     };
     cases.push_back(f);
     for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
@@ -656,10 +623,7 @@ void case_builder::moe_matmul_case(const std::string& proj, int il) {
         g.experts = &pw, g.n_rows = m, g.n = rows, g.k = k_in;
         const tensor& wt = pw[0].kind == linear_kind::DENSE ? pw[0].dense : pw[0].codes;
         g.align = ptr_align({&g.x, &g.out, &wt});
-        launch(g);
-        std::vector<float> out;
-        append_f32(be, g.out, out);
-        return out;
+        return launch_read(be, launch, g, {&g.out});
     };
     cases.push_back(k);
 }
