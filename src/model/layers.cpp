@@ -37,6 +37,7 @@ linear_weight load_linear(model_weights& w, backend& be, const std::string& modu
     return be.prepare_linear(host_linear(w, module, n_out, n_in, dense_ok));
 }
 
+
 // layers.h
 std::optional<linear_weight> stack_rows(const std::vector<const linear_weight*>& ls) {
     const linear_weight& a = *ls.front();
@@ -104,7 +105,7 @@ class dense_decoder final : public causal_lm {
         attn_ = be.alloc(act_, {n, q_dim});
         proj_ = be.alloc(act_, {n, c.n_embd});
         bool any_dense_ffn = false, any_split_gu = false;  // MoE layers and fused gate/up need neither buffer
-        for (const auto& L : w_.layers) any_dense_ffn |= !L.moe, any_split_gu |= !L.moe && !L.fused_gate_up;
+        for (const auto& L : w_.layers) any_dense_ffn |= !L.moe, any_split_gu |= !L.moe && !L.mlp.fused;
         if (any_dense_ffn) gate_ = be.alloc(act_, {n, c.n_ff});
         if (any_split_gu) up_ = be.alloc(act_, {n, c.n_ff});
         last_ = be.alloc(act_, {n, c.n_embd});
@@ -112,7 +113,7 @@ class dense_decoder final : public causal_lm {
         inv_freq_ = be.upload(rope_inv_freq(rope_params_of(c.rope), c.head_dim));
         if (c.n_expert > 0) moe_ = std::make_unique<moe_ffn>(c, be, n, act_);
         bool any_qkv = false, any_gu = false;
-        for (const auto& L : w_.layers) any_qkv |= L.fused_qkv, any_gu |= L.fused_gate_up;
+        for (const auto& L : w_.layers) any_qkv |= L.fused_qkv, any_gu |= !L.moe && L.mlp.fused;
         const int64_t heads = c.n_head + 2 * c.n_head_kv;
         if (any_qkv) {  // [n, q | k | v]; split by head rows when n > 1
             qkv_ = be.alloc(act_, {n, heads * c.head_dim});
@@ -177,15 +178,7 @@ class dense_decoder final : public causal_lm {
             if (L.moe) {
                 moe_->forward(*L.moe, h, proj, mode_);
             } else {
-                if (L.fused_gate_up) {  // one matmul into [n, gate | up], silu · up on the row halves
-                    tensor gu = tensor_rows(gu_, 0, n);
-                    be_.matmul(h, L.gate_up, gu, mode_);
-                    be_.silu_mul_gate_up(gu, gate);
-                } else {
-                    be_.matmul(h, L.gate, gate, mode_);
-                    be_.matmul(h, L.up, up, mode_);
-                    be_.silu_mul(gate, up, gate);
-                }
+                gate_up_silu(be_, L.mlp, h, gu_.data ? tensor_rows(gu_, 0, n) : tensor{}, up, gate, mode_);
                 be_.matmul(gate, L.down, proj, mode_);
             }
             tap("ffn_out", il, proj);
@@ -276,14 +269,7 @@ decoder_weights load_decoder_weights(const model_config& c, model_weights& w, ba
         if (c.is_moe_layer(il)) {
             L.moe = std::make_shared<const moe_layer_weights>(load_moe_layer(c, w, be, p, fuse));
         } else {
-            const linear_weight& g = host_linear(w, p + "mlp.gate_proj", c.n_ff, c.n_embd);
-            const linear_weight& u = host_linear(w, p + "mlp.up_proj", c.n_ff, c.n_embd);
-            if (auto f = fuse ? stack_rows({&g, &u}) : std::nullopt) {
-                L.gate_up = be.prepare_linear(*f);
-                L.fused_gate_up = true;
-            } else {
-                L.gate = be.prepare_linear(g), L.up = be.prepare_linear(u);
-            }
+            L.mlp = load_gate_up_weights(w, be, p + "mlp.", c.n_ff, c.n_embd, fuse);
             L.down = load_linear(w, be, p + "mlp.down_proj", c.n_embd, c.n_ff);
         }
         d.layers.push_back(std::move(L));

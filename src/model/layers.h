@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/mlp.h"
 #include "model/moe.h"
 
 namespace tetra {
@@ -17,13 +18,13 @@ struct decoder_layer_weights {
     tensor attn_norm, ffn_norm;   // [n_embd]
     tensor q_norm, k_norm;        // [head_dim] (qk-norm only)
     linear_weight q, k, v, o;     // [n_head·head_dim, n_embd], [n_head_kv·head_dim, n_embd] ×2, [n_embd, n_head·head_dim]
-    linear_weight gate, up, down; // [n_ff, n_embd] ×2, [n_embd, n_ff] (dense FFN layers)
-    // Fused forms (one weight read, one launch), used instead of q/k/v and gate/up when the
-    // checkpoint allows one matmul to stand for them (same kind, and for NVFP4 the same global and
-    // activation scales — ModelOpt shares weight_scale_2 across q/k/v and gate/up):
-    bool fused_qkv = false, fused_gate_up = false;
+    gate_up_weights mlp;          // dense FFN layers: gate/up [n_ff, n_embd] (fused where exact)
+    linear_weight down;           // [n_embd, n_ff] (dense FFN layers)
+    // Fused form (one weight read, one launch), used instead of q/k/v when the checkpoint allows one
+    // matmul to stand for them (same kind, and for NVFP4 the same global and activation scales —
+    // ModelOpt shares weight_scale_2 across q/k/v, and across gate/up):
+    bool fused_qkv = false;
     linear_weight qkv;            // rows [q | k | v]: [(n_head + 2·n_head_kv)·head_dim, n_embd]
-    linear_weight gate_up;        // rows [gate | up]: [2·n_ff, n_embd]
     std::shared_ptr<const moe_layer_weights> moe;  // MoE layers (model_config::is_moe_layer): replaces gate/up/down
 };
 

@@ -53,14 +53,7 @@ moe_layer_weights load_moe_layer(const model_config& c, model_weights& w, backen
                         w.dir.c_str(), p.c_str());
     L.has_shared = c.n_ff_shexp > 0;
     if (L.has_shared) {
-        const linear_weight& g = host_linear(w, p + "mlp.shared_expert.gate_proj", c.n_ff_shexp, c.n_embd);
-        const linear_weight& u = host_linear(w, p + "mlp.shared_expert.up_proj", c.n_ff_shexp, c.n_embd);
-        if (auto f = fuse ? stack_rows({&g, &u}) : std::nullopt) {
-            L.shared_gate_up = be.prepare_linear(*f);
-            L.fused_shared_gate_up = true;
-        } else {
-            L.shared_gate = be.prepare_linear(g), L.shared_up = be.prepare_linear(u);
-        }
+        L.shared = load_gate_up_weights(w, be, p + "mlp.shared_expert.", c.n_ff_shexp, c.n_embd, fuse);
         L.shared_down = load_linear(w, be, p + "mlp.shared_expert.down_proj", c.n_embd, c.n_ff_shexp);
         L.shared_expert_gate = load_linear(w, be, p + "mlp.shared_expert_gate", 1, c.n_embd, /*dense_ok=*/true);
     }
@@ -123,16 +116,7 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
         return;
     }
     tensor sg = tensor_rows(sh_g_, 0, n), sy = tensor_rows(sh_y_, 0, n), gate = tensor_rows(sh_gate_, 0, n);
-    if (L.fused_shared_gate_up) {
-        tensor sgu = tensor_rows(sh_gu_, 0, n);
-        be_.matmul(h, L.shared_gate_up, sgu, mode);
-        be_.silu_mul_gate_up(sgu, sg);
-    } else {
-        tensor su = front(sh_gu_, n, c_.n_ff_shexp);
-        be_.matmul(h, L.shared_gate, sg, mode);
-        be_.matmul(h, L.shared_up, su, mode);
-        be_.silu_mul(sg, su, sg);
-    }
+    gate_up_silu(be_, L.shared, h, tensor_rows(sh_gu_, 0, n), front(sh_gu_, n, c_.n_ff_shexp), sg, mode);
     be_.matmul(sg, L.shared_down, sy, mode);
     be_.matmul(h, L.shared_expert_gate, gate, mode);
     moe_combine(be_, ys, dest, wts, out, sy, gate);

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "io/weights.h"
+#include "model/mlp.h"
 #include "model/model_config.h"
 
 namespace tetra {
@@ -17,14 +18,14 @@ struct moe_layer_weights {
     linear_weight router;                       // mlp.gate: [n_expert, n_embd] (dense in every known checkpoint)
     std::vector<linear_weight> gate, up, down;  // n_expert each: [n_ff_exp, n_embd] ×2, [n_embd, n_ff_exp]
     bool has_shared = false;                    // n_ff_shexp > 0
-    linear_weight shared_gate, shared_up, shared_down;  // [n_ff_shexp, n_embd] ×2, [n_embd, n_ff_shexp]
+    gate_up_weights shared;                     // shared expert gate/up: [n_ff_shexp, n_embd] (fused where exact)
+    linear_weight shared_down;                  // [n_embd, n_ff_shexp]
     linear_weight shared_expert_gate;                   // [1, n_embd] (dense)
-    // Fused forms (one grouped matmul instead of two, then silu_mul_gate_up on the halves), used
-    // instead of gate/up (shared_gate/shared_up) when every expert's pair stacks exactly
-    // (layers.h stack_rows: ModelOpt shares weight_scale_2 across an expert's gate and up):
-    bool fused_gate_up = false, fused_shared_gate_up = false;
+    // Fused form (one grouped matmul instead of two, then silu_mul_gate_up on the halves), used
+    // instead of gate/up when every expert's pair stacks exactly (layers.h stack_rows: ModelOpt
+    // shares weight_scale_2 across an expert's gate and up):
+    bool fused_gate_up = false;
     std::vector<linear_weight> gate_up;  // n_expert: rows [gate_e | up_e]: [2·n_ff_exp, n_embd]
-    linear_weight shared_gate_up;        // rows [gate | up]: [2·n_ff_shexp, n_embd]
 };
 
 // Reads "<prefix>mlp.gate", "<prefix>mlp.experts.<e>.{gate,up,down}_proj" and, with a shared expert,

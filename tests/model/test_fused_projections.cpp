@@ -56,7 +56,7 @@ void expect_bit_identical(const std::string& arch, const std::string& quant) {
     EXPECT_EQ(0, std::memcmp(fused.data(), plain.data(), fused.size() * sizeof(float))) << arch << " " << quant;
     auto be = make_cpu_backend();
     decoder_weights dw = load_decoder_weights(c, w, *be, {}, true);
-    EXPECT_TRUE(dw.layers[0].fused_qkv && dw.layers[0].fused_gate_up) << "nothing was fused: the test compares nothing";
+    EXPECT_TRUE(dw.layers[0].fused_qkv && dw.layers[0].mlp.fused) << "nothing was fused: the test compares nothing";
 }
 
 TEST(fused_projections, llama_nvfp4_bit_identical) { expect_bit_identical("LlamaForCausalLM", "nvfp4"); }
@@ -73,7 +73,7 @@ TEST(fused_projections, different_global_scales_are_not_fused) {
     auto be = make_cpu_backend();
     decoder_weights dw = load_decoder_weights(c, w, *be, {}, true);
     EXPECT_FALSE(dw.layers[0].fused_qkv);
-    EXPECT_FALSE(dw.layers[0].fused_gate_up);
+    EXPECT_FALSE(dw.layers[0].mlp.fused);
     EXPECT_TRUE(dw.layers[1].fused_qkv);
 }
 

@@ -99,8 +99,8 @@ void expect_bit_identical(int64_t shexp, const std::string& quant, matmul_mode m
         EXPECT_EQ(moe_of(f, il).gate_up.size(), size_t(c.n_expert)) << what;
         EXPECT_TRUE(moe_of(f, il).gate.empty() && moe_of(f, il).up.empty()) << what;
         EXPECT_EQ(moe_of(f, il).gate_up[0].n_out, 2 * c.n_ff_exp) << what;
-        EXPECT_EQ(moe_of(f, il).fused_shared_gate_up, shexp > 0) << what;
-        EXPECT_FALSE(moe_of(u, il).fused_gate_up || moe_of(u, il).fused_shared_gate_up) << what;
+        EXPECT_EQ(moe_of(f, il).shared.fused, shexp > 0) << what;
+        EXPECT_FALSE(moe_of(u, il).fused_gate_up || moe_of(u, il).shared.fused) << what;
         EXPECT_EQ(moe_of(u, il).gate.size(), size_t(c.n_expert)) << what;
     }
     EXPECT_EQ(f.layers[1].moe, nullptr);
@@ -134,9 +134,9 @@ TEST(moe_fused, expert_with_different_global_scales_is_not_fused) {
     EXPECT_FALSE(moe_of(f, 0).fused_gate_up);
     EXPECT_TRUE(moe_of(f, 0).gate_up.empty());
     EXPECT_EQ(moe_of(f, 0).gate.size(), size_t(c.n_expert));
-    EXPECT_TRUE(moe_of(f, 0).fused_shared_gate_up);
+    EXPECT_TRUE(moe_of(f, 0).shared.fused);
     EXPECT_TRUE(moe_of(f, 2).fused_gate_up);
-    EXPECT_FALSE(moe_of(f, 2).fused_shared_gate_up);
+    EXPECT_FALSE(moe_of(f, 2).shared.fused);
     std::vector<float> fused = run_model(c, w, true, matmul_mode::AUTO, dtype::F32);
     std::vector<float> plain = run_model(c, w, false, matmul_mode::AUTO, dtype::F32);
     ASSERT_EQ(fused.size(), plain.size());
