@@ -7,8 +7,8 @@
 // samples of 10 launches each, (a) plain stream launches and (b) the same 10 launches captured in
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
-// TFLOP/s, cuBLAS graph time / ours. Usage: bench_matmul [--quick | --variants | --large | --hot | --pattern |
-// --one N K M [gemv | v1]]
+// TFLOP/s, cuBLAS graph time / ours. Usage:
+// bench_matmul [--quick | --variants | --large | --hot | --pattern | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/matmul_launch.h"
@@ -246,6 +245,11 @@ static std::vector<small_variant> small_variants() {
     return v;
 }
 
+// The W4A16 shapes of Llama-3.1-8B (N × K = out × in) every mode runs.
+struct llama_shape { long n, k; const char* what; };
+const llama_shape k_llama_shapes[] = {
+    {4096, 4096, "o_proj"}, {6144, 4096, "qkv"}, {28672, 4096, "gate+up"}, {4096, 14336, "down"}};
+
 // A weight shape with its copies (rotated so one pass exceeds L2), the W4A16 workspaces and the
 // cuBLAS BF16 twin.
 struct bench_shape {
@@ -326,13 +330,13 @@ struct bench_shape {
 };
 
 // --large: the large-M path (dequant + cuBLASLt) at M = 1024 and 4096 beside cuBLAS BF16 (two
-// samples each), the dequant alone over the whole weight and a pure-write ceiling (cudaMemset); --hot: the small-M launcher at M = 1 and 16 on one weight
-// copy (L2-resident after the first launch) beside the rotated copies (streamed from DRAM).
+// samples each), the dequant alone over the whole weight and a pure-write ceiling (cudaMemset);
+// --hot: the small-M launcher at M = 1 and 16 on one weight copy (L2-resident after the first
+// launch) beside the rotated copies (streamed from DRAM).
 static void run_large(int sms, double bw, void* ws_cublas) {
     std::printf("| shape | M | what | us graph | cuBLAS us graph | cuBLAS/ours |\n|---|---|---|---|---|---|\n");
-    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
-                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
-        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 4096, sms, ws_cublas);
+    for (const llama_shape& sh : k_llama_shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 4096, sms, ws_cublas);
         // the dequant's share: the whole weight in 64-MB passes into the workspace
         const int64_t pass_rows = std::min<int64_t>(b.n, (int64_t(64) << 20) / (b.k * 2) / 256 * 256);
         const double gb = (double(b.wbytes) + double(b.n) * b.k * 2) / 1e9, wgb = double(pass_rows) * b.k * 2 / 1e9;
@@ -363,9 +367,8 @@ static void run_large(int sms, double bw, void* ws_cublas) {
 
 static void run_hot(int sms, double bw, void* ws_cublas) {
     std::printf("| shape | M | weights | us graph | GB/s |\n|---|---|---|---|---|\n");
-    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
-                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
-        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 16, sms, ws_cublas);
+    for (const llama_shape& sh : k_llama_shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 16, sms, ws_cublas);
         for (long m : {1L, 16L}) {
             double tr = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms); }, 10);
             std::vector<cuda::w4a16_sm80_weight> all = b.ws;
@@ -385,9 +388,8 @@ static void run_hot(int sms, double bw, void* ws_cublas) {
 static void run_variants(int sms, double bw, void* ws_cublas) {
     std::printf("| shape | M | variant | us stream | us graph | %% of BW (graph) |\n|---|---|---|---|---|---|\n");
     const cuda::w4a16_gemv_config gemv_default;
-    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
-                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
-        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), 16, sms, ws_cublas);
+    for (const llama_shape& sh : k_llama_shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 16, sms, ws_cublas);
         std::printf("| %s %ldx%ld | - | auto runs v%d | - | - | - |\n", b.what, b.n, b.k,
                     cuda::w4a16_sm80_small_version(b.n, b.k, sms));
         for (long m : {1L, 4L, 8L, 16L}) {
@@ -444,9 +446,8 @@ int main(int argc, char** argv) {
     std::printf("| shape (N x K) | M | kernel | us stream | us graph | GB/s | %% of BW | TFLOP/s | cuBLAS us graph | cuBLAS/ours |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     const cuda::w4a16_gemv_config gemv_default;
-    for (auto sh : {std::make_tuple(4096L, 4096L, "o_proj"), std::make_tuple(6144L, 4096L, "qkv"),
-                    std::make_tuple(28672L, 4096L, "gate+up"), std::make_tuple(4096L, 14336L, "down")}) {
-        bench_shape b(std::get<0>(sh), std::get<1>(sh), std::get<2>(sh), m_max, sms, ws_cublas);
+    for (const llama_shape& sh : k_llama_shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, m_max, sms, ws_cublas);
         for (long m : ms) {
             double tc = median_graph_us([&] { b.cublas_batch(m, ws_cublas); }, 10);
             double io = double(m) * b.k * 2 + double(m) * b.n * 2, flop = 2.0 * m * b.n * b.k;
