@@ -173,6 +173,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
     if (f.json) {
         nlohmann::ordered_json j;
         j["model"] = dir, j["load_format"] = m->weights.format, j["device"] = m->be->device().name;
+        j["activations"] = dtype_name(m->model->act_type());
         j["read_bandwidth_gbs"] = bw / 1e9, j["weight_bytes_per_step"] = fp.weight_bytes;
         j["kv_bytes_per_token"] = fp.kv_bytes_per_token, j["input_len"] = f.input_len, j["output_len"] = f.output_len;
         j["graphs"] = !f.no_graphs, j["prefill_tok_s"] = prefill_tok_s;
@@ -182,8 +183,9 @@ void bench(const model_flags& mf, const bench_flags& f) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("model   %s (%s, %s)\ndevice  %s, measured read bandwidth %.0f GB/s\n", dir.c_str(), c.architecture.c_str(),
-                m->weights.format.c_str(), m->be->device().name.c_str(), bw / 1e9);
+    std::printf("model   %s (%s, %s)\ndevice  %s, measured read bandwidth %.0f GB/s; %s activations\n", dir.c_str(),
+                c.architecture.c_str(), m->weights.format.c_str(), m->be->device().name.c_str(), bw / 1e9,
+                dtype_name(m->model->act_type()));
     std::printf("weights %.3f GB read per decode step (lm_head %.3f GB); KV %.1f KiB per cached token\n",
                 fp.weight_bytes / 1e9, fp.lm_head_bytes / 1e9, fp.kv_bytes_per_token / 1024.0);
     std::printf("prefill %d tokens: %.1f tok/s\n", f.input_len, prefill_tok_s);

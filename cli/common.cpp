@@ -21,6 +21,9 @@ void model_flags::add(CLI::App* cmd) {
     cmd->add_option("--load-format", load_format, "auto|safetensors: the checkpoint; dummy: seeded random weights from "
                     "config.json (NVFP4 when its quantization_config says so)")
         ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+    cmd->add_option("--dtype", act_dtype, "activation dtype: auto (bfloat16 on CUDA, float32 on CPU), bfloat16, float32 "
+                    "(float); NVFP4 weights stay 4-bit, dense weights bf16")
+        ->check(CLI::IsMember({"auto", "bfloat16", "float32", "float", "float16", "half"}));  // float16/half: load_model says why not
     cmd->add_option("--tokenizer", tokenizer, "directory with tokenizer.json (default: the model directory)");
     cmd->add_option("--dummy-seed", dummy_seed, "seed of --load-format dummy weights");
 }
@@ -49,6 +52,7 @@ load_options model_flags::options() const {
     opt.chat_template_file = chat_template;
     opt.skip_selftest = skip_selftest;
     opt.device = device;
+    opt.act_dtype = act_dtype;
     opt.load_format = load_format;
     opt.tokenizer_dir = tokenizer;
     opt.seed = dummy_seed;

@@ -21,6 +21,7 @@ struct model_flags {
     int threads = 0;
     bool skip_selftest = false;
     std::string device = "auto";
+    std::string act_dtype = "auto";  // --dtype
     std::string load_format = "auto";
     std::string tokenizer;
     uint64_t dummy_seed = 0;

@@ -61,6 +61,16 @@ std::string dummy_quant(const model_config& c) {
 
 }  // namespace
 
+std::optional<dtype> activation_dtype(const std::string& name) {
+    if (name == "auto") return std::nullopt;
+    if (name == "bfloat16") return dtype::BF16;
+    if (name == "float32" || name == "float") return dtype::F32;
+    if (name == "float16" || name == "half")
+        TETRA_FAIL("--dtype %s: tetra's matmul kernels take bfloat16 or float32 activations; use --dtype bfloat16 "
+                   "(the CUDA default) or float32", name.c_str());
+    TETRA_FAIL("--dtype '%s' is not a dtype; expected auto, bfloat16, float32 or float", name.c_str());
+}
+
 std::unique_ptr<backend> make_backend(const std::string& device) {
     if (device == "cpu") return make_cpu_backend();
     if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend();
@@ -79,6 +89,7 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     double t0 = std::chrono::duration<double>(clock::now().time_since_epoch()).count();
     struct stat st;
     TETRA_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "model directory '%s' does not exist", dir.c_str());
+    const std::optional<dtype> act = activation_dtype(opt.act_dtype);  // a bad --dtype fails before the weights load
     auto m = std::make_unique<loaded_model>();
     m->dir = dir;
     m->config = load_model_config(dir);
@@ -99,6 +110,7 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
     model_options mo;
     mo.max_tokens = opt.max_tokens;
     mo.mode = opt.mode;
+    mo.act = act;
     if (opt.progress && isatty(STDERR_FILENO)) {
         mo.progress = [](int64_t done, int64_t total) {
             int bar = int(30 * done / total);
@@ -108,7 +120,9 @@ std::unique_ptr<loaded_model> load_model(const std::string& dir, const load_opti
         };
     }
     m->model = create_model(m->config, m->weights, *m->be, mo);
-    run_selftest(m->config, m->weights, *m->be, {opt.skip_selftest, opt.max_tokens, opt.mode});
+    selftest_options so;
+    so.skip = opt.skip_selftest, so.max_tokens = opt.max_tokens, so.mode = opt.mode, so.act = m->model->act_type();
+    run_selftest(m->config, m->weights, *m->be, so);
     progress_line(opt.progress, "model prepared", t0);
     const std::string tok_dir = opt.tokenizer_dir.empty() ? dir : opt.tokenizer_dir;
     if (opt.require_tokenizer || file_exists(tok_dir + "/tokenizer.json")) m->tok = tokenizer::load_dir(tok_dir);

@@ -3,6 +3,7 @@
 // templates and generation defaults. Loading prints progress to stderr when asked.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -22,11 +23,17 @@ struct load_options {
     bool progress = true;
     bool skip_selftest = false;      // --skip-selftest: kernels are not checked at load (warns)
     std::string device = "auto";     // auto (CUDA device 0 if any, else CPU) | cpu | cuda | cuda:N
+    std::string act_dtype = "auto";  // --dtype: activation dtype, auto (bf16 on CUDA, f32 on CPU) | bfloat16 | float32
     std::string load_format = "auto";  // auto | safetensors | dummy (seeded random weights from config.json)
     uint64_t seed = 0;               // dummy weights' seed
     std::string tokenizer_dir;       // --tokenizer: tokenizer.json from here instead of the model dir
     bool require_tokenizer = true;   // false: a model without tokenizer loads with tok == nullptr (bench)
 };
+
+// The activation dtype named by a --dtype value (vLLM's flag): nullopt for auto (the device's default:
+// bf16 on CUDA, f32 on CPU), bf16 for bfloat16, f32 for float32 / float; float16 / half and anything
+// else are errors naming the value.
+std::optional<dtype> activation_dtype(const std::string& name);
 
 // The backend named by a --device value (auto | cpu | cuda | cuda:N); errors name the value.
 std::unique_ptr<backend> make_backend(const std::string& device);

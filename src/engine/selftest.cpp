@@ -253,7 +253,7 @@ selftest_report run_selftest(const model_config& c, model_weights& w, backend& b
         return rep;
     }
     double t0 = now_s();
-    dtype act = be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16;  // as model/layers.cpp
+    dtype act = o.act ? *o.act : be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16;  // as model/layers.cpp
     tester t(be, reg, rep, build_cases(c, w, act, o));
     for (bool changed = true; changed;) {  // an exclusion in one case may change another's selection
         changed = false;

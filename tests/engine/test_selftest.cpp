@@ -155,6 +155,40 @@ TEST_F(selftest, tiny_checkpoint_loads_with_one_line_per_layer_class) {
     EXPECT_TRUE(s.results.empty());
 }
 
+// --dtype (load_options::act_dtype) sets the model's activation dtype, and the self-test checks the
+// kernels at that dtype; float16 and unknown names are errors naming the value.
+TEST_F(selftest, dtype_flag_sets_the_activation_dtype_and_the_selftest_dtype) {
+    std::string dir = tiny_model_dir();
+    for (auto [flag, want] : {std::pair<const char*, dtype>{"auto", dtype::F32}, {"float32", dtype::F32},
+                              {"float", dtype::F32}, {"bfloat16", dtype::BF16}}) {
+        load_options lo;
+        lo.progress = false, lo.act_dtype = flag;
+        auto m = load_model(dir, lo);  // runs the self-test at that dtype
+        EXPECT_EQ(m->model->act_type(), want) << flag;
+        selftest_options so;
+        so.act = m->model->act_type(), so.log = false;
+        model_config c = load_model_config(dir);
+        model_weights w = load_weights(dir);
+        selftest_report r = run_selftest(c, w, *m->be, so);
+        ASSERT_FALSE(r.results.empty()) << flag;
+        int at_dtype = 0;
+        for (const auto& res : r.results) {
+            EXPECT_TRUE(res.passed) << flag << ": " << res.kernel << ": " << res.error;
+            at_dtype += has(res.what, std::string(" ") + dtype_name(want));
+        }
+        EXPECT_GT(at_dtype, 0) << flag << ": no self-test case at " << dtype_name(want);
+    }
+    for (auto [flag, msg] : {std::pair<const char*, const char*>{"float16", "--dtype float16: tetra's matmul kernels take "
+                                                                            "bfloat16 or float32 activations"},
+                             {"half", "--dtype half: tetra's matmul kernels"},
+                             {"int8", "--dtype 'int8' is not a dtype; expected auto, bfloat16, float32 or float"}}) {
+        load_options lo;
+        lo.progress = false, lo.act_dtype = flag;
+        std::string e = error_of([&] { load_model(dir, lo); });
+        EXPECT_TRUE(has(e, msg)) << e;
+    }
+}
+
 TEST_F(selftest, forced_kernel_the_device_cannot_run_is_an_error_with_the_reason) {
     model_config c;
     model_weights w;

@@ -185,10 +185,27 @@ const weights_case k_cases[] = {{"bf16", "", "ref_logits.bin"},
                                 {"nvfp4 modelopt", "modelopt", "ref_logits_nvfp4.bin"},
                                 {"nvfp4 compressed-tensors", "compressed-tensors", "ref_logits_nvfp4_ct.bin"}};
 
+// f32 activations (--dtype float32: the CUDA-core f32 matmuls, f32 KV cache) against transformers in
+// f32: the issue's bar, top-1 ≥ 99 % in every case, and the CPU f32 engine's bounds
+// (tests/model/test_qwen3_moe.cpp: only the summation order differs, NMSE ≤ 1e-11, max |dlogit| ≤
+// 2e-4, 8 orders below the smallest MoE mistake), with no routing flip.
+constexpr double k_f32_nmse = 1e-11, k_f32_max_abs = 2e-4;
+void check_f32(const stats& s, const std::string& what) {
+    std::printf("  %s: %s\n", what.c_str(), s.str().c_str());
+    const std::string m = what + ": " + s.str();
+    EXPECT_GE(s.agreement(), 0.99) << m;
+    EXPECT_EQ(s.flips, 0) << m;
+    EXPECT_LE(s.nmse, k_f32_nmse) << m;
+    EXPECT_LE(s.max_abs, k_f32_max_abs) << m;
+}
+
 // Every golden model x weights case: the engine under test (make_test) teacher-forced in both
-// chunkings vs transformers; with make_oracle, also vs that engine's logits (one prefill).
+// chunkings vs transformers (bounds: `checker`); with make_oracle, also vs that engine's logits (one
+// prefill).
 using engine_factory = std::function<engine(const model_config&, model_weights&)>;
-void run_all(const std::string& side, const engine_factory& make_test, const engine_factory& make_oracle = nullptr) {
+using checker_fn = std::function<void(const stats&, const std::string&)>;
+void run_all(const std::string& side, const engine_factory& make_test, const engine_factory& make_oracle = nullptr,
+             const checker_fn& checker = check) {
     for (const char* name : k_models) {
         test_logits::reference_ids ref = test_logits::read_reference_ids(k_moe + name);
         ASSERT_EQ(ref.ids.size(), 64u) << name;
@@ -210,8 +227,8 @@ void run_all(const std::string& side, const engine_factory& make_test, const eng
             for (int64_t chunk : {int64_t(0), int64_t(1)}) {
                 std::string what = side + " " + name + " " + wc.label + (chunk ? " (1 token/step)" : " (64-token prefill)");
                 std::vector<float> got = teacher_forced(e, ref.ids, chunk);
-                check(compare(got, want, ref.n_vocab), what + " vs transformers");
-                if (make_oracle) check(compare(got, oracle, ref.n_vocab), what + " vs cpu-bf16");
+                checker(compare(got, want, ref.n_vocab), what + " vs transformers");
+                if (make_oracle) checker(compare(got, oracle, ref.n_vocab), what + " vs cpu-bf16");
             }
         }
     }
@@ -225,6 +242,20 @@ TEST(qwen3_moe_gpu, cuda_matches_transformers_teacher_forced) {
     ASSERT_GT(cuda_device_count(), 0) << "gpu test needs a CUDA device";
     run_all("cuda", [](const model_config& c, model_weights& w) { return make_engine(make_cuda_backend(0), c, w, std::nullopt); },
             cpu_bf16);
+}
+
+// --dtype float32 on the GPU vs transformers in f32: top-1 ≥ 99 % (issue #7's bar; bf16 activations
+// cannot reach it on these random weights, see the bounds above).
+TEST(qwen3_moe_gpu, cuda_f32_matches_transformers_top1_99) {
+    ASSERT_GT(cuda_device_count(), 0) << "gpu test needs a CUDA device";
+    run_all(
+        "cuda-f32",
+        [](const model_config& c, model_weights& w) {
+            engine e = make_engine(make_cuda_backend(0), c, w, dtype::F32);
+            EXPECT_EQ(e.lm->act_type(), dtype::F32);
+            return e;
+        },
+        nullptr, check_f32);
 }
 
 // The measured baseline of the bounds: the CPU engine with bf16 activations vs transformers.

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/registry.h"
 #include "io/weights.h"
@@ -28,6 +29,12 @@ void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 // the kernel's accepts() knows them by pointer. Do not download them as canonical bytes: the
 // canonical host bytes stay the truth.
 linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host);
+// "" when w is an NVFP4 weight that matmul_nvfp4_w4a16_sm80_prepare re-laid (known by pointer and
+// shape), else the reason: the check every kernel reading the packed layout makes in accepts().
+std::string w4a16_sm80_weight_why_not(const linear_weight& w);
+// The f32-activation matmuls on CUDA cores (matmul_f32_sm80.cu): W4A16 on the packed layout and
+// bf16 dense weights, for --dtype float32.
+void register_matmul_f32_sm80(kernel_registry& r);
 
 // ---- W4A16 re-laid weight --------------------------------------------------------------------
 // Tiles of 16 rows × 64 k ("chunks"), 8 chunks = one scale group (512 k). Per (tile, chunk) 32

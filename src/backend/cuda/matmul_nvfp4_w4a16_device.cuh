@@ -1,5 +1,6 @@
 // Device helpers shared by the W4A16 NVFP4 kernels (matmul_nvfp4_w4a16_sm80.cu: mma.sync small-M
-// and dequant; matmul_nvfp4_w4a16_gemv_sm80.cu: stream-K decode kernel). Both read the same packed
+// and dequant; matmul_nvfp4_w4a16_gemv_sm80.cu: stream-K decode kernel; the CUDA-core kernels of
+// matmul_f32_sm80.cu and moe_matmul_nvfp4_w4a16_sm80.cu). All read the same packed
 // layout (w4a16_sm80_pack): per lane and chunk 16 B = 4 words, word j = the A registers a0..a3 of
 // MMA j, each a bf16x2 of two e2m1 codes as bit patterns s·000000e·em·000000 (= value · 2^-126).
 // decode_word's rotations/masks are the inverse of the host packer's bit placement (w4a16_bit_src).
@@ -82,6 +83,51 @@ __device__ __forceinline__ void a_regs(const uint4& q, int j, uint32_t s0, uint3
     a[1] = bf16x2_mul(a[1], s1);
     a[2] = bf16x2_mul(a[2], s0);
     a[3] = bf16x2_mul(a[3], s1);
+}
+
+// ---- CUDA-core use of a chunk (no mma): the f32-activation and grouped fallback kernels ---------
+// This lane's 16 weights of rows g (w0) and g+8 (w1) of a chunk, k 16t … 16t+15 ascending, as f32
+// (exact: the bf16 products of a_regs are exact, and bf16 → f32 is exact).
+__device__ __forceinline__ void chunk_weights(const uint4& q, uint32_t s0, uint32_t s1, float (&w0)[16],
+                                              float (&w1)[16]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t a[4];
+        a_regs(q, j, s0, s1, a);  // a0/a2: row g, k 4j+{0,1} / {2,3}; a1/a3: row g+8
+        w0[4 * j] = __uint_as_float(a[0] << 16), w0[4 * j + 1] = __uint_as_float(a[0] & 0xFFFF0000u);
+        w0[4 * j + 2] = __uint_as_float(a[2] << 16), w0[4 * j + 3] = __uint_as_float(a[2] & 0xFFFF0000u);
+        w1[4 * j] = __uint_as_float(a[1] << 16), w1[4 * j + 1] = __uint_as_float(a[1] & 0xFFFF0000u);
+        w1[4 * j + 2] = __uint_as_float(a[3] << 16), w1[4 * j + 3] = __uint_as_float(a[3] & 0xFFFF0000u);
+    }
+}
+
+// The two scales of chunk ci (0..7) of a group whose 16 B of scales this lane holds (sc), as bf16x2.
+__device__ __forceinline__ void chunk_scales(const uint4& sc, int ci, uint32_t& s0, uint32_t& s1) {
+    scales_to_bf16x2(word_of(sc, ci >> 1) >> (16 * (ci & 1)), s0, s1);
+}
+
+// 16 consecutive activations (16-B aligned) as f32.
+__device__ __forceinline__ void x16_f32(const __nv_bfloat16* p, float (&f)[16]) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+    const uint4 a = __ldg(v), b = __ldg(v + 1);
+    const uint32_t u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[2 * i] = __uint_as_float(u[i] << 16), f[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+}
+__device__ __forceinline__ void x16_f32(const float* p, float (&f)[16]) {
+    const float4* v = reinterpret_cast<const float4*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 a = __ldg(v + i);
+        f[4 * i] = a.x, f[4 * i + 1] = a.y, f[4 * i + 2] = a.z, f[4 * i + 3] = a.w;
+    }
+}
+
+// acc += Σ w[i]·x[i], i ascending (one FMA chain: the summation order depends only on k).
+__device__ __forceinline__ float dot16(const float (&w)[16], const float (&x)[16], float acc) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc = fmaf(w[i], x[i], acc);
+    return acc;
 }
 
 }  // namespace w4a16

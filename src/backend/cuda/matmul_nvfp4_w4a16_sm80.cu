@@ -749,6 +749,15 @@ linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& 
     return w;
 }
 
+std::string w4a16_sm80_weight_why_not(const linear_weight& w) {
+    if (w.kind != linear_kind::NVFP4) return "weight is not NVFP4";
+    std::lock_guard<std::mutex> lock(packed_mu);
+    auto it = packed_set().find(w.codes.data);
+    if (it == packed_set().end() || it->second != std::make_pair(w.n_out, w.n_in))
+        return "weight is not in the sm80 packed layout (prepare_linear did not re-lay it)";
+    return "";
+}
+
 namespace {
 
 // Split-K counters must stay zero between launches, so they live outside the shared scratch:
@@ -770,16 +779,10 @@ int* counters_for(cudaStream_t s, size_t count) {
     return b.first;
 }
 
-bool is_packed(const linear_weight& w) {
-    std::lock_guard<std::mutex> lock(packed_mu);
-    auto it = packed_set().find(w.codes.data);
-    return it != packed_set().end() && it->second == std::make_pair(w.n_out, w.n_in);
-}
-
 std::string accepts_w4a16_sm80(const matmul_args& a) {
-    if (a.w->kind != linear_kind::NVFP4) return "weight is not NVFP4";
     if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
-    if (!is_packed(*a.w)) return "weight is not in the sm80 packed layout (prepare_linear did not re-lay it)";
+    std::string why = w4a16_sm80_weight_why_not(*a.w);
+    if (!why.empty()) return why;
     if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.m > INT32_MAX / 2) return "shape too large for int indexing";
     return "";
 }

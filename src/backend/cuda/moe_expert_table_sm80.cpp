@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul_launch.h"
 #include "backend/moe.h"
 #include "backend/ops.h"
 
@@ -53,12 +54,8 @@ const moe_expert_ptrs* moe_expert_table_upload(const void* key, const std::vecto
 }
 
 std::string moe_w4a16_experts_why_not(const moe_matmul_args& a) {
-    const kernel_entry* dense = kernel_registry::instance().find("matmul_nvfp4_w4a16_sm80");
-    if (!dense) return "matmul_nvfp4_w4a16_sm80 is not registered";
     for (size_t e : {size_t(0), a.experts->size() - 1}) {
-        matmul_args m;
-        m.act = a.act, m.x = a.x, m.out = a.out, m.w = &(*a.experts)[e], m.m = 1, m.n = a.n, m.k = a.k;
-        std::string why = dense->accepts(m);
+        std::string why = w4a16_sm80_weight_why_not((*a.experts)[e]);
         if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
     }
     return "";

@@ -37,7 +37,7 @@ const moe_expert_ptrs* moe_expert_table(const std::vector<W>& experts, cudaStrea
 }
 
 // The grouped W4A16 kernels' shared accepts() part: "" when the experts are in the sm80 packed layout
-// the dense matmul_nvfp4_w4a16_sm80 takes (checked on the first and the last expert), else why not.
+// (w4a16_sm80_weight_why_not on the first and the last expert), else why not.
 std::string moe_w4a16_experts_why_not(const moe_matmul_args& a);
 
 }  // namespace cuda

@@ -261,12 +261,16 @@ std::vector<int32_t> random_offsets(rng& r, int64_t n_rows, int64_t ne) {
 
 }  // namespace
 
-// W4A16 and dense against the CPU oracles (moe_matmul_*_cpu: exact dequant, f32 sums), both with bf16
-// x and bf16 out. Each side rounds its f32 result once to bf16 (relative error ≤ 2^-9) and the f32
-// sums differ only in order (relative ~K·2^-24 ≤ 1e-4 of Σ|terms| here), so |gpu − cpu| ≤ 2^-8|ref|
-// + O(1e-4)|ref| per element: NMSE ≤ (2^-8)² ≈ 1.5e-5 in the worst case; 3e-5 fails any wrong row,
-// expert, scale or k block (those give NMSE ≥ ~1e-2). Non-finite outputs must match in place and
-// kind (compare()). Every CUDA kernel of the op is forced in turn (for_each_gpu_kernel).
+// W4A16 and dense against the CPU oracles (moe_matmul_*_cpu: exact dequant, f32 sums), with bf16 x
+// and out, then with f32 x and out (--dtype float32; only the CUDA-core kernels take it).
+// bf16: each side rounds its f32 result once to bf16 (relative error ≤ 2^-9) and the f32 sums
+// differ only in order (relative ~K·2^-24 ≤ 1e-4 of Σ|terms| here), so |gpu − cpu| ≤ 2^-8|ref| +
+// O(1e-4)|ref| per element: NMSE ≤ (2^-8)² ≈ 1.5e-5 in the worst case; 3e-5 fails any wrong row,
+// expert, scale or k block (those give NMSE ≥ ~1e-2). f32: no output rounding, only the order of
+// the f32 sums: ~sqrt(K) roundings of 2^-24 relative to Σ|terms| (≤ ~80 |ref| on these random
+// rows) gives NMSE ~1e-11 at K = 6160; 1e-9 is 4 orders above the measured ~1e-13 and 7 below a
+// wrong row. Non-finite outputs must match in place and kind (compare()). Every CUDA kernel of the
+// op is forced in turn (for_each_gpu_kernel); a kernel without the dtype must refuse.
 namespace {
 
 struct mm_shape_t {
@@ -306,24 +310,24 @@ std::vector<int32_t> mm_offsets(rng& r, const mm_shape_t& sh) {
 
 TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
     rng r(303);
-    std::map<std::string, int> ran, declined;
+    std::map<std::string, int> ran, declined, ran_f32;
     int n_cases = 0;
+    for (dtype act : {dtype::BF16, dtype::F32})
     for (bool nvfp4 : {true, false})
         for (const mm_shape_t& sh : k_mm_shapes) {
             if (!nvfp4 && sh.nonfinite) continue;  // the dense weights have no scales
-            const std::string vars = mm_vars(nvfp4, sh);
+            const std::string vars = mm_vars(nvfp4, sh) + " act=" + dtype_name(act);
             std::vector<linear_weight> host = random_experts(r, sh.ne, sh.n, sh.k, nvfp4);
-            tensor x = random_tensor(r, dtype::BF16, {sh.rows, sh.k});
+            tensor x = random_tensor(r, act, {sh.rows, sh.k});
             if (sh.nonfinite) {
                 static_cast<uint8_t*>(host[0].scales.data)[3 * (sh.k / 16) + 1] = 0x7F;  // weight row 3, block 1
-                uint16_t* xb = x.ptr<uint16_t>();
-                xb[5] = 0x7F80;  // row 0: +Inf at k 5
-                if (sh.rows > 1) xb[sh.k + 100] = 0x7FC0;  // row 1: NaN at k 100
-                if (sh.rows > 2) xb[2 * sh.k + sh.k - 1] = 0xFF80;  // row 2: -Inf at the last k
+                write_elem(x, 5, INFINITY);  // row 0: +Inf at k 5
+                if (sh.rows > 1) write_elem(x, sh.k + 100, NAN);  // row 1: NaN at k 100
+                if (sh.rows > 2) write_elem(x, 2 * sh.k + sh.k - 1, -INFINITY);  // row 2: -Inf at the last k
             }
             std::vector<linear_weight> dev = prepare_all(host);
             tensor offsets = i32_tensor(mm_offsets(r, sh));
-            tensor ref = tensor::alloc(dtype::BF16, {sh.rows, sh.n});
+            tensor ref = tensor::alloc(act, {sh.rows, sh.n});
             {
                 force_kernel fk(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense",
                                 nvfp4 ? "moe_matmul_nvfp4_w4a16_cpu" : "moe_matmul_dense_cpu");
@@ -334,15 +338,15 @@ TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
             for (double v : c) nonfinite += !std::isfinite(v);
             if (sh.nonfinite) EXPECT_GT(nonfinite, 0) << "the oracle has no non-finite output: " << vars;
             const tensor xg = to_gpu(x), og = to_gpu(offsets);
-            for_each_gpu_kernel(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense", dtype::BF16, ran, declined,
-                                [&](const kernel_entry& kern) {
-                gpu_guarded out = make_gpu_guarded(dtype::BF16, {sh.rows, sh.n});
+            for_each_gpu_kernel(nvfp4 ? "moe_matmul_nvfp4_w4a16" : "moe_matmul_dense", act,
+                                act == dtype::F32 ? ran_f32 : ran, declined, [&](const kernel_entry& kern) {
+                gpu_guarded out = make_gpu_guarded(act, {sh.rows, sh.n});
                 moe_matmul(gpu_be(), xg, dev, og, out.view, nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE);
                 bool ok = false;
                 tensor got = out.result(&ok);
                 EXPECT_TRUE(ok) << "guard bytes overwritten: " << kern.name << " " << vars;
                 std::vector<double> g = to_double(got);
-                EXPECT_EQ(compare(g, c, 3e-5), "") << kern.name << " " << vars;
+                EXPECT_EQ(compare(g, c, act == dtype::F32 ? 1e-9 : 3e-5), "") << kern.name << " " << vars;
                 double num = 0, den = 0;
                 for (size_t i = 0; i < c.size(); ++i)
                     if (std::isfinite(c[i])) num += (g[i] - c[i]) * (g[i] - c[i]), den += c[i] * c[i];
@@ -351,10 +355,12 @@ TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
             });
             ++n_cases;
         }
-    EXPECT_EQ(n_cases, 44);
+    EXPECT_EQ(n_cases, 88);
     EXPECT_TRUE(declined.empty()) << declined.begin()->first << " declined a case";
     expect_gpu_ran("moe_matmul_nvfp4_w4a16", ran, 23);
     expect_gpu_ran("moe_matmul_dense", ran, 21);
+    // f32: the CUDA-core kernels ran every case; the bf16-only mma kernel refused when forced
+    EXPECT_EQ(ran_f32, (std::map<std::string, int>{{"moe_matmul_dense_sm80", 21}, {"moe_matmul_nvfp4_w4a16_sm80", 23}}));
 }
 
 // A row's bits do not depend on the batch: rows of a 200-row batch over 8 experts (8·NT = 32 rows
@@ -364,12 +370,15 @@ TEST(moe_ops_gpu, matmul_w4a16_row_alone_equals_row_in_batch) {
     rng r(306);
     const int64_t ne = 8, rows = 200, n = 136, k = 1040;
     std::vector<linear_weight> dev = prepare_all(random_experts(r, ne, n, k, true));
-    tensor x = random_tensor(r, dtype::BF16, {rows, k});
     std::vector<int32_t> off = random_offsets(r, rows, ne);
     int n_kernels = 0;
+    for (dtype act : {dtype::BF16, dtype::F32})
     for (const kernel_entry* kern : cuda_kernels("moe_matmul_nvfp4_w4a16")) {
+        if (!handles(*kern, act)) continue;
+        tensor x = random_tensor(r, act, {rows, k});
+        const int64_t es = int64_t(dtype_size(act));
         force_kernel fk("moe_matmul_nvfp4_w4a16", kern->name);
-        tensor big = gpu_be().alloc(dtype::BF16, {rows, n});
+        tensor big = gpu_be().alloc(act, {rows, n});
         moe_matmul(gpu_be(), to_gpu(x), dev, to_gpu(i32_tensor(off)), big, matmul_mode::W4A16);
         std::vector<uint8_t> all = bytes_of(to_host(big));
         int checked = 0;
@@ -378,17 +387,18 @@ TEST(moe_ops_gpu, matmul_w4a16_row_alone_equals_row_in_batch) {
             while (off[size_t(e + 1)] <= row) ++e;
             std::vector<int32_t> one(size_t(ne + 1), 0);
             for (int64_t j = e + 1; j <= ne; ++j) one[size_t(j)] = 1;
-            tensor o = gpu_be().alloc(dtype::BF16, {1, n});
+            tensor o = gpu_be().alloc(act, {1, n});
             moe_matmul(gpu_be(), to_gpu(row_of(x, row)), dev, to_gpu(i32_tensor(one)), o, matmul_mode::W4A16);
             std::vector<uint8_t> alone = bytes_of(to_host(o));
-            EXPECT_EQ(std::memcmp(alone.data(), all.data() + size_t(row * n * 2), size_t(n * 2)), 0)
-                << kern->name << ": row " << row << " (expert " << e << ") alone vs in the batch";
+            EXPECT_EQ(std::memcmp(alone.data(), all.data() + size_t(row * n * es), size_t(n * es)), 0)
+                << kern->name << " " << dtype_name(act) << ": row " << row << " (expert " << e
+                << ") alone vs in the batch";
             ++checked;
         }
         EXPECT_EQ(checked, 6);
         ++n_kernels;
     }
-    EXPECT_EQ(n_kernels, 2) << "expected the mma and the CUDA-core W4A16 MoE kernels";
+    EXPECT_EQ(n_kernels, 3) << "expected the mma and the CUDA-core W4A16 MoE kernels (bf16), the CUDA-core one (f32)";
 }
 
 // Same inputs → the same bits: y rows gathered through dest, f32 weights, optional shared expert
