@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/loaded_model.h"
 #include "engine/selftest.h"
 #include "io/checkpoint.h"
 
@@ -31,6 +32,7 @@ using json = nlohmann::ordered_json;
 struct doctor_args {
     std::string model;
     std::string device = "auto";  // auto (CUDA device 0 when there is one) | cpu | cuda
+    std::string act_dtype = "auto";  // --dtype: the activation dtype the self-test checks (as the model commands)
     bool json = false;
 };
 
@@ -242,6 +244,8 @@ int run_doctor(const doctor_args& a) {
     bool ok = true;
     selftest_options o;
     o.all_kernels = true, o.log = false;
+    o.act = activation_dtype(a.act_dtype);
+    j["activations"] = dtype_name(o.act ? *o.act : cuda ? dtype::BF16 : dtype::F32);
     try {  // failing kernels are excluded and listed; the exit code says whether the model can run here
         j["selftest"] = selftest_json(run_selftest(c, w, *be, o));
     } catch (const error& e) {
@@ -263,6 +267,8 @@ void register_doctor(CLI::App& app) {
     cmd->add_option("model", a->model, "HF model directory: self-test on its shapes and weights, show its checkpoint");
     cmd->add_option("--device", a->device, "backend to check: auto (a GPU when there is one), cpu, cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--dtype", a->act_dtype, "activation dtype to self-test: auto (bfloat16 on CUDA, float32 on CPU), "
+                    "bfloat16, float32 (float)");
     cmd->add_flag("--json", a->json, "print JSON instead of text");
     cmd->callback([a] {
         if (run_doctor(*a) != 0)

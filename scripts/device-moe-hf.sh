@@ -8,7 +8,8 @@
 # Env: OUT (logs, default ./device-out), BUILD (/tmp/tetra-build), WORK (/tmp/moe-hf: models, logits),
 # DEVICE (cuda), MODEL_ARGS (gen_moe_goldens.py --random-model sizes), N_TOK (512), MIN_AGREEMENT (0.99),
 # BUILD_TETRA=0 + TETRA=path (use a built tetra; the gpu test is then skipped), BUDGET (seconds, 530),
-# CPU_REF (1: also the CPU engine, f32 activations, on the same models: the control for the GPU's bf16).
+# CPU_REF (1: also the CPU engine, f32 activations, on the same models: the control for the GPU's bf16),
+# CUDA_F32 (1: also the CUDA engine with --dtype float32, the like-for-like run against transformers in f32).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/device-out} build=${BUILD:-/tmp/tetra-build} work=${WORK:-/tmp/moe-hf} dev=${DEVICE:-cuda}
@@ -71,6 +72,13 @@ for m in bf16 nvfp4; do
     step "compare_hf $m" compare-$m.log python3 tools/compare_hf.py compare --model "$hf" --ids "$work/logits-$m.json" \
         --logits "$work/logits-$m.npy" --device $dev --min-agreement $min_agree --baseline-bf16 \
         --summary-json "$out/compare-$m.json" --label "$m"
+    if [ "${CUDA_F32:-1}" = 1 ] && [ "$dev" = cuda ]; then  # the GPU with f32 activations (--dtype float32)
+        step "tetra perplexity $m cuda f32" ppl-$m-cudaf32.log "$tetra" perplexity "$work/$m" --device cuda --dtype float32 \
+            -f $text --max-model-len $n_tok --dump-logits "$work/logits-$m-cudaf32"
+        step "compare_hf $m cuda f32" compare-$m-cudaf32.log python3 tools/compare_hf.py compare --model "$hf" \
+            --ids "$work/logits-$m-cudaf32.json" --logits "$work/logits-$m-cudaf32.npy" --device $dev \
+            --min-agreement $min_agree --summary-json "$out/compare-$m-cudaf32.json" --label "$m (cuda f32)"
+    fi
     if [ "${CPU_REF:-1}" = 1 ] && [ "$dev" != cpu ]; then  # control: the CPU engine (f32 activations), same model
         step "tetra perplexity $m cpu" ppl-$m-cpu.log "$tetra" perplexity "$work/$m" --device cpu -f $text \
             --max-model-len $n_tok --dump-logits "$work/logits-$m-cpu"
@@ -91,7 +99,7 @@ nan = {"agreement": float("nan"), "max_abs": float("nan"), "mean_abs": float("na
 print(f"{'model':<6} {'engine':<8} {'positions':>9} {'top-1':>7} {'max |d|':>8} {'mean |d|':>8} {'NMSE':>9}  "
       f"{'HF bf16 vs f32: top-1':>21} {'max |d|':>8} {'mean |d|':>8}  {'ours vs HF bf16':>15}  result")
 for m in ("bf16", "nvfp4"):
-    for sfx, eng in (("", sys.argv[2]), ("-cpu", "cpu f32")):
+    for sfx, eng in (("", sys.argv[2]), ("-cudaf32", "cuda f32"), ("-cpu", "cpu f32")):
         p = os.path.join(sys.argv[1], f"compare-{m}{sfx}.json")
         if not os.path.exists(p):
             if not sfx:

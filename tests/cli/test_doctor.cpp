@@ -90,6 +90,21 @@ TEST(cli_doctor, reports_build_device_kernels_and_selftest) {
     EXPECT_EQ((*down)["classes"], "mlp.down_proj");
     EXPECT_EQ(j["ok"], true);
     EXPECT_FALSE(j.contains("model"));
+    EXPECT_EQ(j["activations"], "f32");  // the CPU default
+}
+
+// --dtype: the self-test runs its cases at that activation dtype; float16 is refused with the reason.
+TEST(cli_doctor, dtype_sets_the_selftest_activation_dtype) {
+    proc_result r = run_tetra("doctor --device cpu --dtype bfloat16 --json", "", true);
+    ASSERT_EQ(r.status, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["activations"], "bf16");
+    int bf16_cases = 0;
+    for (const auto& x : j["selftest"]["results"]) bf16_cases += has(x["case"].get<std::string>(), " bf16");
+    EXPECT_GT(bf16_cases, 5) << j["selftest"].dump();
+    r = run_tetra("doctor --device cpu --dtype float16");
+    EXPECT_NE(r.status, 0);
+    EXPECT_TRUE(has(r.out, "--dtype float16: tetra's matmul kernels take bfloat16 or float32 activations")) << r.out;
 }
 
 TEST(cli_doctor, model_checkpoint_facts_and_layer_classes) {
