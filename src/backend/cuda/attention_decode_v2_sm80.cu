@@ -1,12 +1,10 @@
 // attention_decode_v2_sm80: decode-specialised split-KV paged attention (one query row per
-// sequence). One CTA per (key split, kv head · head split, sequence) handles up to 8 query heads of
-// the GQA group together, so each K/V row is read once, with 16-byte loads: a key belongs to a
-// subgroup of lanes spanning head_dim, every subgroup keeps its own f32 online softmax, the CTA
-// merges its subgroups in shared memory, and a merge kernel combines the splits in fixed order
-// (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's position exit. (A merge by
-// the last CTA of each group, bit-identical, measured slower at batch 1 and was removed:
-// docs/cuda-backend.md.)
-#include "backend/cuda/attention_device.cuh"
+// sequence). One CTA per (key split, kv head · head split, sequence) handles up to 4 query heads of
+// the GQA group together (building blocks in attention_decode_v2.cuh), and a merge kernel combines
+// the splits in fixed order (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's
+// position exit. Short contexts on sm_90 run attention_decode_cluster_sm90 instead (no merge
+// kernel). (A merge by the last CTA of each group measured slower and was removed: docs/cuda-backend.md.)
+#include "backend/cuda/attention_decode_v2.cuh"
 #include "core/env.h"
 
 namespace tetra {
@@ -14,178 +12,16 @@ namespace cuda {
 
 namespace {
 
-constexpr int k_dv2_threads = 128;
-constexpr int k_dv2_elems = 8;      // head_dim elements per lane: one or two 16-byte chunks
-constexpr int k_dv2_max_heads = 8;  // query heads per CTA
-
-struct dv2_params : attn_base {
-    int lanes_per_key;         // LK: lanes of one key's subgroup (power of two ≤ 32)
-    int n_chunks;              // 16-byte chunks per K/V row (head_dim · sizeof(T) / 16)
-};
-// 128 bytes: a larger parameter struct (136 bytes was measured) changes nvcc's code for the whole
-// kernel (the subgroup merge loops are no longer unrolled).
-static_assert(sizeof(dv2_params) == 128, "dv2_params: keep the kernel parameter at 128 bytes");
-
-// Keys [lo, hi] of split `split` for a row at position pos (lo > hi: none).
-__device__ __forceinline__ void dv2_split_range(const dv2_params& p, int pos, int split, int& lo, int& hi) {
-    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-    hi = pos;
-    lo = max(lo, split * p.split_len);
-    if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
-}
-
-// 16 bytes of T as f32 values.
-template <class T> __device__ __forceinline__ void dv2_unpack(const uint4& u, float* f);
-template <> __device__ __forceinline__ void dv2_unpack<float>(const uint4& u, float* f) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-}
-template <> __device__ __forceinline__ void dv2_unpack<__nv_bfloat16>(const uint4& u, float* f) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float2 v = __bfloat1622float2(h[i]);
-        f[2 * i] = v.x, f[2 * i + 1] = v.y;
-    }
-}
-template <> __device__ __forceinline__ void dv2_unpack<__half>(const uint4& u, float* f) {
-    const __half2* h = reinterpret_cast<const __half2*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float2 v = __half22float2(h[i]);
-        f[2 * i] = v.x, f[2 * i + 1] = v.y;
-    }
-}
-
-// One subgroup's online-softmax state for its HG heads; the lane owns k_dv2_elems dims.
-template <int HG>
-struct dv2_state {
-    float m[HG], l[HG], acc[HG][k_dv2_elems];
-    bool nan[HG];  // a live score was NaN: the oracle's row is NaN then
-};
-
-// K and V chunks of key j (zeros where the lane has no chunk or the key is not live).
-template <class T, int KCH>
-__device__ __forceinline__ void dv2_load(const dv2_params& p, const int32_t* bt, int kvh, int j, bool live, int sub,
-                                         uint4* k, uint4* v) {
-    constexpr int VEC = 16 / int(sizeof(T));
-    int64_t off = 0;
-    if (live) {
-        int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
-        off = (slot * p.n_head_kv + kvh) * p.head_dim;
-    }
-#pragma unroll
-    for (int c = 0; c < KCH; ++c) {
-        int chunk = sub + c * p.lanes_per_key;
-        k[c] = v[c] = make_uint4(0, 0, 0, 0);
-        if (live && chunk < p.n_chunks) {
-            k[c] = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.k_cache) + off + chunk * VEC));
-            v[c] = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.v_cache) + off + chunk * VEC));
-        }
-    }
-}
-
-// Scores of one key for every head (reduced over the key's subgroup), then the online update.
-template <class T, int HG, int KCH>
-__device__ __forceinline__ void dv2_update(const dv2_params& p, const float (&q)[HG][k_dv2_elems], const uint4* k,
-                                           const uint4* v, bool live, dv2_state<HG>& st) {
-    constexpr int VEC = 16 / int(sizeof(T));
-    float kf[k_dv2_elems], vf[k_dv2_elems];
-#pragma unroll
-    for (int c = 0; c < KCH; ++c) dv2_unpack<T>(k[c], kf + c * VEC), dv2_unpack<T>(v[c], vf + c * VEC);
-#pragma unroll
-    for (int h = 0; h < HG; ++h) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < k_dv2_elems; ++e) dot += q[h][e] * kf[e];
-        for (int o = p.lanes_per_key >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        float score = live ? dot * p.scale : -INFINITY;
-        if (score != score) st.nan[h] = true, score = -INFINITY;
-        float m_new = fmaxf(st.m[h], score);
-        float pj = 0.0f, alpha = 1.0f;
-        if (m_new != -INFINITY) {
-            pj = expf(score - m_new);        // score = −inf → 0
-            alpha = expf(st.m[h] - m_new);   // m = −inf → 0 (l, acc are 0 then)
-        }
-        st.l[h] = st.l[h] * alpha + pj;
-        st.m[h] = m_new;
-#pragma unroll
-        for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = st.acc[h][e] * alpha + pj * vf[e];
-    }
-}
-
 // One CTA's split: keys [lo, hi] of row t (sequence s) for query heads head0 .. head0 + nh − 1 of
 // kv head kvh. Writes the final rows (one split) or the split's partial rows and their lse.
 template <class T, int HG>
 __device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t, int split, int kvh, int head0,
                                                int nh, int lo, int hi) {
-    constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
-    const int LK = p.lanes_per_key, D = p.head_dim, tid = threadIdx.x;
-    const int sub = tid & (LK - 1), g = tid / LK, n_sub = k_dv2_threads / LK;
-
-    float q[HG][k_dv2_elems];
-#pragma unroll
-    for (int h = 0; h < HG; ++h)
-#pragma unroll
-        for (int c = 0; c < KCH; ++c) {
-            int chunk = sub + c * LK;
-            uint4 u = make_uint4(0, 0, 0, 0);
-            if (h < nh && chunk < p.n_chunks)
-                u = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) +
-                                                         (int64_t(t) * p.n_head + head0 + h) * D + chunk * VEC));
-            dv2_unpack<T>(u, &q[h][c * VEC]);
-        }
     dv2_state<HG> st;
-#pragma unroll
-    for (int h = 0; h < HG; ++h) {
-        st.m[h] = -INFINITY, st.l[h] = 0.0f, st.nan[h] = false;
-#pragma unroll
-        for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = 0.0f;
-    }
-    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
-    // Uniform trip count over the CTA (the score shuffles need whole warps); two keys per
-    // subgroup per step, both loads issued before either update.
-    for (int jb = lo; jb <= hi; jb += 2 * n_sub) {
-        int j0 = jb + g, j1 = jb + n_sub + g;
-        bool live0 = j0 <= hi, live1 = j1 <= hi;
-        uint4 k0[KCH], v0[KCH], k1[KCH], v1[KCH];
-        dv2_load<T, KCH>(p, bt, kvh, j0, live0, sub, k0, v0);
-        dv2_load<T, KCH>(p, bt, kvh, j1, live1, sub, k1, v1);
-        dv2_update<T, HG, KCH>(p, q, k0, v0, live0, st);
-        dv2_update<T, HG, KCH>(p, q, k1, v1, live1, st);
-    }
-
-    // Merge the subgroups: red_acc [n_sub][HG][D], red_m / red_l [n_sub][HG], red_nan likewise.
+    dv2_keys<T, HG, 2>(p, s, t, kvh, head0, nh, lo, hi, st);  // two keys per subgroup per step
     extern __shared__ float smem[];
-    float* red_acc = smem;
-    float* red_m = red_acc + n_sub * HG * D;
-    float* red_l = red_m + n_sub * HG;
-    int* red_nan = reinterpret_cast<int*>(red_l + n_sub * HG);
-#pragma unroll
-    for (int h = 0; h < HG; ++h) {
-        if (sub == 0) red_m[g * HG + h] = st.m[h], red_l[g * HG + h] = st.l[h], red_nan[g * HG + h] = st.nan[h];
-#pragma unroll
-        for (int c = 0; c < KCH; ++c) {
-            int chunk = sub + c * LK;
-            if (chunk < p.n_chunks)
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) red_acc[(g * HG + h) * D + chunk * VEC + e] = st.acc[h][c * VEC + e];
-        }
-    }
-    __syncthreads();
-    for (int i = tid; i < nh * D; i += k_dv2_threads) {
-        int h = i / D, d = i % D;
-        float mx = -INFINITY;
-        bool nan = false;
-        for (int gg = 0; gg < n_sub; ++gg) mx = fmaxf(mx, red_m[gg * HG + h]), nan |= red_nan[gg * HG + h] != 0;
-        float num = 0.0f, den = 0.0f;
-        if (mx != -INFINITY)
-            for (int gg = 0; gg < n_sub; ++gg) {
-                float mg = red_m[gg * HG + h];
-                if (mg == -INFINITY) continue;  // no live key in that subgroup
-                float w = expf(mg - mx);
-                num += w * red_acc[(gg * HG + h) * D + d];
-                den += w * red_l[gg * HG + h];
-            }
+    dv2_merge_subgroups<T, HG>(p, st, nh, smem, [&](int h, int d, float mx, float num, float den, bool nan) {
+        const int D = p.head_dim;
         float o = nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num / den : 0.0f;
         int64_t row = int64_t(t) * p.n_head + head0 + h;
         if (p.n_splits == 1) {
@@ -197,7 +33,7 @@ __device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t
                                                        : den > 0.0f ? mx + logf(den)
                                                                     : -INFINITY;
         }
-    }
+    });
 }
 
 // grid: (n_splits, n_head_kv · head_splits, n_seqs); block: k_dv2_threads. With more than one
@@ -216,10 +52,13 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
     if (lo <= hi || p.n_splits == 1) dv2_split_body<T, HG>(p, s, t, split, kvh, head0, nh, lo, hi);
 }
 
+constexpr int k_dv2_merge_pre = 16;  // partials per lane the merge loads before its weights
+
 // One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
 // lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads. The
-// splits' weights are computed in parallel into shared memory first (n_splits ≤ 128), so the
-// in-order sum only waits on independent part_o loads.
+// first k_dv2_merge_pre partials are loaded with the lse values (one round trip instead of two:
+// skipped splits' stale values are never used), the splits' weights are computed in parallel into
+// shared memory (n_splits ≤ 128), and the in-order sum adds the partials in split order.
 template <class T>
 __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     __shared__ float s_w[128];    // e^(lse_i − max); 0 for a skipped split
@@ -231,6 +70,10 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     const int64_t row = blockIdx.x;
     const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
     const float* lse = p.part_lse + row * p.n_splits;
+    const float* po = p.part_o + row * p.n_splits * D + d;
+    float pre[k_dv2_merge_pre];
+#pragma unroll
+    for (int i = 0; i < k_dv2_merge_pre; ++i) pre[i] = d < D && i < p.n_splits ? po[int64_t(i) * D] : 0.0f;
     if (threadIdx.x == 0) s_nan = 0;
     __syncthreads();
     float mx = -INFINITY;
@@ -254,9 +97,15 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     if (d >= D) return;
     float num = 0.0f, den = 0.0f;
     if (!nan && mx != -INFINITY) {
-        const float* po = p.part_o + row * p.n_splits * D + d;
+#pragma unroll
+        for (int i = 0; i < k_dv2_merge_pre; ++i) {
+            if (i >= p.n_splits || !s_use[i]) continue;
+            const float w = s_w[i];
+            num += w * pre[i];
+            den += w;
+        }
 #pragma unroll 4
-        for (int i = 0; i < p.n_splits; ++i) {
+        for (int i = k_dv2_merge_pre; i < p.n_splits; ++i) {
             if (!s_use[i]) continue;
             const float w = s_w[i];
             num += w * po[int64_t(i) * D];
@@ -265,12 +114,6 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     }
     float o = nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num / den : 0.0f;
     static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
-}
-
-int next_pow2(int x) {
-    int y = 1;
-    while (y < x) y *= 2;
-    return y;
 }
 
 template <class T, int HG>
@@ -302,7 +145,7 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
         p.part_lse = reinterpret_cast<float*>(ws + o_bytes);
     }
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
-    const size_t smem = size_t(n_sub) * HG * (p.head_dim + 3) * sizeof(float);  // the subgroup merge
+    const size_t smem = dv2_merge_smem_floats(n_sub, HG, p.head_dim) * sizeof(float);
     launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
     if (p.n_splits > 1) {
         int threads = (p.head_dim + 31) / 32 * 32;
@@ -313,40 +156,12 @@ void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_to
 void attention_decode_v2_launch(backend& be, const attention_args& a) {
     int64_t n_tokens = a.q.dim(0);
     if (n_tokens == 0) return;
-    dispatch_act(a.act, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        dv2_params p{};
-        attn_fill_base(a, p);
-        constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
-        p.n_chunks = p.head_dim / VEC;
-        p.lanes_per_key = std::min(32, next_pow2((p.n_chunks + KCH - 1) / KCH));
-        int hg = std::min(k_dv2_max_heads, next_pow2(p.group));
-        p.head_splits = (p.group + hg - 1) / hg;
-        switch (hg) {
-            case 1: dv2_launch<T, 1>(be, a, p, n_tokens); break;
-            case 2: dv2_launch<T, 2>(be, a, p, n_tokens); break;
-            case 4: dv2_launch<T, 4>(be, a, p, n_tokens); break;
-            default: dv2_launch<T, 8>(be, a, p, n_tokens); break;
-        }
+    dv2_dispatch(a, [&](auto tag, auto hg, const dv2_params& p) {
+        dv2_launch<typename decltype(tag)::type, decltype(hg)::value>(be, a, p, n_tokens);
     });
 }
 
-std::string attention_decode_v2_accepts(const attention_args& a) {
-    if (a.k_cache.type != a.act)
-        return strfmt("k_cache dtype %s differs from the activation dtype %s", dtype_name(a.k_cache.type),
-                      dtype_name(a.act));
-    if (a.meta.max_seqlen_q != 1)
-        return strfmt("decode v2 kernel: max_seqlen_q = %d (needs 1 query row per sequence)", a.meta.max_seqlen_q);
-    int64_t d = a.q.dim(2), row_bytes = d * int64_t(dtype_size(a.act));
-    if (d > k_att_max_head_dim) return strfmt("head_dim %lld > %d", (long long)d, k_att_max_head_dim);
-    if (row_bytes % 16 != 0)
-        return strfmt("decode v2 kernel: head_dim %lld × %s is %lld bytes, not a multiple of 16", (long long)d,
-                      dtype_name(a.act), (long long)row_bytes);
-    for (auto t : {std::make_pair(&a.q, "q"), {&a.k_cache, "k_cache"}, {&a.v_cache, "v_cache"}})
-        if (reinterpret_cast<uintptr_t>(t.first->data) % 16 != 0)
-            return strfmt("decode v2 kernel: %s is not 16-byte aligned", t.second);
-    return "";
-}
+std::string attention_decode_v2_accepts(const attention_args& a) { return dv2_accepts_common(a); }
 
 }  // namespace
 

@@ -1,0 +1,260 @@
+// The building blocks of the decode attention kernels attention_decode_v2_sm80 (split-KV + merge
+// kernel) and attention_decode_cluster_sm90 (splits of one group merged in a thread block
+// cluster): one query row per sequence, a CTA takes up to 4 query heads of a GQA group, a key
+// belongs to a subgroup of lanes spanning head_dim (16-byte K/V loads), every subgroup keeps its
+// own f32 online softmax, and the CTA merges its subgroups in shared memory in fixed order.
+#pragma once
+#include "backend/cuda/attention_device.cuh"
+
+namespace tetra {
+namespace cuda {
+
+constexpr int k_dv2_threads = 128;
+constexpr int k_dv2_elems = 8;      // head_dim elements per lane: one or two 16-byte chunks
+// Query heads per CTA. 4, not 8: a larger GQA group (Qwen3-30B-A3B: 8) takes two CTAs per kv head,
+// each reading the K/V rows (the second mostly from L2), for half the per-thread softmax chain and
+// twice the CTAs at small batches (measured: docs/cuda-backend.md, decode attention).
+constexpr int k_dv2_max_heads = 4;
+
+struct dv2_params : attn_base {
+    int lanes_per_key;         // LK: lanes of one key's subgroup (power of two ≤ 32)
+    int n_chunks;              // 16-byte chunks per K/V row (head_dim · sizeof(T) / 16)
+};
+// 128 bytes: a larger parameter struct (136 bytes was measured) changes nvcc's code for the whole
+// kernel (the subgroup merge loops are no longer unrolled).
+static_assert(sizeof(dv2_params) == 128, "dv2_params: keep the kernel parameter at 128 bytes");
+
+// Keys [lo, hi] of split `split` for a row at position pos (lo > hi: none).
+__device__ __forceinline__ void dv2_split_range(const dv2_params& p, int pos, int split, int& lo, int& hi) {
+    lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    hi = pos;
+    lo = max(lo, split * p.split_len);
+    if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
+}
+
+// 16 bytes of T as f32 values.
+template <class T> __device__ __forceinline__ void dv2_unpack(const uint4& u, float* f);
+template <> __device__ __forceinline__ void dv2_unpack<float>(const uint4& u, float* f) {
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+}
+template <> __device__ __forceinline__ void dv2_unpack<__nv_bfloat16>(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 v = __bfloat1622float2(h[i]);
+        f[2 * i] = v.x, f[2 * i + 1] = v.y;
+    }
+}
+template <> __device__ __forceinline__ void dv2_unpack<__half>(const uint4& u, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 v = __half22float2(h[i]);
+        f[2 * i] = v.x, f[2 * i + 1] = v.y;
+    }
+}
+
+// One subgroup's online-softmax state for its HG heads; the lane owns k_dv2_elems dims.
+template <int HG>
+struct dv2_state {
+    float m[HG], l[HG], acc[HG][k_dv2_elems];
+    bool nan[HG];  // a live score was NaN: the oracle's row is NaN then
+};
+
+// K and V chunks of key j (zeros where the lane has no chunk or the key is not live).
+template <class T, int KCH>
+__device__ __forceinline__ void dv2_load(const dv2_params& p, const int32_t* bt, int kvh, int j, bool live, int sub,
+                                         uint4* k, uint4* v) {
+    constexpr int VEC = 16 / int(sizeof(T));
+    int64_t off = 0;
+    if (live) {
+        int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+        off = (slot * p.n_head_kv + kvh) * p.head_dim;
+    }
+#pragma unroll
+    for (int c = 0; c < KCH; ++c) {
+        int chunk = sub + c * p.lanes_per_key;
+        k[c] = v[c] = make_uint4(0, 0, 0, 0);
+        if (live && chunk < p.n_chunks) {
+            k[c] = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.k_cache) + off + chunk * VEC));
+            v[c] = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.v_cache) + off + chunk * VEC));
+        }
+    }
+}
+
+// Scores of one key for every head (reduced over the key's subgroup), then the online update.
+template <class T, int HG, int KCH>
+__device__ __forceinline__ void dv2_update(const dv2_params& p, const float (&q)[HG][k_dv2_elems], const uint4* k,
+                                           const uint4* v, bool live, dv2_state<HG>& st) {
+    constexpr int VEC = 16 / int(sizeof(T));
+    float kf[k_dv2_elems], vf[k_dv2_elems];
+#pragma unroll
+    for (int c = 0; c < KCH; ++c) dv2_unpack<T>(k[c], kf + c * VEC), dv2_unpack<T>(v[c], vf + c * VEC);
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < k_dv2_elems; ++e) dot += q[h][e] * kf[e];
+        for (int o = p.lanes_per_key >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        float score = live ? dot * p.scale : -INFINITY;
+        if (score != score) st.nan[h] = true, score = -INFINITY;
+        float m_new = fmaxf(st.m[h], score);
+        float pj = 0.0f, alpha = 1.0f;
+        if (m_new != -INFINITY) {
+            pj = expf(score - m_new);        // score = −inf → 0
+            alpha = expf(st.m[h] - m_new);   // m = −inf → 0 (l, acc are 0 then)
+        }
+        st.l[h] = st.l[h] * alpha + pj;
+        st.m[h] = m_new;
+#pragma unroll
+        for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = st.acc[h][e] * alpha + pj * vf[e];
+    }
+}
+
+// Keys [lo, hi] of row t (sequence s) for query heads head0 .. head0 + nh − 1 of kv head kvh, into
+// each subgroup's state (lo > hi: none). Subgroup g takes keys lo + g, lo + g + n_sub, ...; NK keys
+// per subgroup per step, all their loads issued before the first update. Uniform trip count over
+// the CTA (the score shuffles need whole warps).
+template <class T, int HG, int NK>
+__device__ __forceinline__ void dv2_keys(const dv2_params& p, int s, int t, int kvh, int head0, int nh, int lo, int hi,
+                                         dv2_state<HG>& st) {
+    constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
+    const int LK = p.lanes_per_key, D = p.head_dim, tid = threadIdx.x;
+    const int sub = tid & (LK - 1), g = tid / LK, n_sub = k_dv2_threads / LK;
+    float q[HG][k_dv2_elems];
+#pragma unroll
+    for (int h = 0; h < HG; ++h)
+#pragma unroll
+        for (int c = 0; c < KCH; ++c) {
+            int chunk = sub + c * LK;
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (h < nh && chunk < p.n_chunks)
+                u = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) +
+                                                         (int64_t(t) * p.n_head + head0 + h) * D + chunk * VEC));
+            dv2_unpack<T>(u, &q[h][c * VEC]);
+        }
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
+        st.m[h] = -INFINITY, st.l[h] = 0.0f, st.nan[h] = false;
+#pragma unroll
+        for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = 0.0f;
+    }
+    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
+    for (int jb = lo; jb <= hi; jb += NK * n_sub) {
+        uint4 k[NK][KCH], v[NK][KCH];
+        bool live[NK];
+#pragma unroll
+        for (int u = 0; u < NK; ++u) {
+            int j = jb + u * n_sub + g;
+            live[u] = j <= hi;
+            dv2_load<T, KCH>(p, bt, kvh, j, live[u], sub, k[u], v[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < NK; ++u) dv2_update<T, HG, KCH>(p, q, k[u], v[u], live[u], st);
+    }
+}
+
+// Shared memory of the subgroup merge: acc [n_sub][HG][D], m / l / nan [n_sub][HG] (floats).
+__host__ __device__ inline size_t dv2_merge_smem_floats(int n_sub, int hg, int head_dim) {
+    return size_t(n_sub) * hg * (head_dim + 3);
+}
+
+// Merges the CTA's subgroups in fixed order: emit(h, d, mx, num, den, nan) once per output element
+// (h < nh, d < head_dim) with the largest subgroup max mx, num = Σ_g e^(m_g − mx)·acc_g[d] and
+// den = Σ_g e^(m_g − mx)·l_g (mx = −inf, num = den = 0 without live keys). Ends with the CTA's
+// threads spread over the elements (no barrier after the last emit).
+template <class T, int HG, class Emit>
+__device__ __forceinline__ void dv2_merge_subgroups(const dv2_params& p, const dv2_state<HG>& st, int nh, float* smem,
+                                                    Emit&& emit) {
+    constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
+    const int LK = p.lanes_per_key, D = p.head_dim, tid = threadIdx.x;
+    const int sub = tid & (LK - 1), g = tid / LK, n_sub = k_dv2_threads / LK;
+    float* red_acc = smem;
+    float* red_m = red_acc + n_sub * HG * D;
+    float* red_l = red_m + n_sub * HG;
+    int* red_nan = reinterpret_cast<int*>(red_l + n_sub * HG);
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
+        if (sub == 0) red_m[g * HG + h] = st.m[h], red_l[g * HG + h] = st.l[h], red_nan[g * HG + h] = st.nan[h];
+#pragma unroll
+        for (int c = 0; c < KCH; ++c) {
+            int chunk = sub + c * LK;
+            if (chunk < p.n_chunks)
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) red_acc[(g * HG + h) * D + chunk * VEC + e] = st.acc[h][c * VEC + e];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nh * D; i += k_dv2_threads) {
+        int h = i / D, d = i % D;
+        float mx = -INFINITY;
+        bool nan = false;
+        for (int gg = 0; gg < n_sub; ++gg) mx = fmaxf(mx, red_m[gg * HG + h]), nan |= red_nan[gg * HG + h] != 0;
+        float num = 0.0f, den = 0.0f;
+        if (mx != -INFINITY)
+            for (int gg = 0; gg < n_sub; ++gg) {
+                float mg = red_m[gg * HG + h];
+                if (mg == -INFINITY) continue;  // no live key in that subgroup
+                float w = expf(mg - mx);
+                num += w * red_acc[(gg * HG + h) * D + d];
+                den += w * red_l[gg * HG + h];
+            }
+        emit(h, d, mx, num, den, nan);
+    }
+}
+
+inline int dv2_next_pow2(int x) {
+    int y = 1;
+    while (y < x) y *= 2;
+    return y;
+}
+
+// Host: dv2_params of launch `a` for element type T (no splits yet) and the heads per CTA.
+template <class T>
+dv2_params dv2_make_params(const attention_args& a, int* hg) {
+    dv2_params p{};
+    attn_fill_base(a, p);
+    constexpr int VEC = 16 / int(sizeof(T)), KCH = k_dv2_elems / VEC;
+    p.n_chunks = p.head_dim / VEC;
+    p.lanes_per_key = std::min(32, dv2_next_pow2((p.n_chunks + KCH - 1) / KCH));
+    *hg = std::min(k_dv2_max_heads, dv2_next_pow2(p.group));
+    p.head_splits = (p.group + *hg - 1) / *hg;
+    return p;
+}
+
+// Host: f(type_tag<T>{}, std::integral_constant<int, HG>{}, p) for launch `a`.
+template <class F>
+void dv2_dispatch(const attention_args& a, F&& f) {
+    dispatch_act(a.act, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        int hg = 0;
+        dv2_params p = dv2_make_params<T>(a, &hg);
+        switch (hg) {
+            case 1: f(tag, std::integral_constant<int, 1>{}, p); break;
+            case 2: f(tag, std::integral_constant<int, 2>{}, p); break;
+            default: f(tag, std::integral_constant<int, 4>{}, p); break;
+        }
+    });
+}
+
+// What both decode kernels need: cache dtype = act, one query row per sequence, 16-byte rows and
+// 16-byte-aligned q/k/v, head_dim ≤ 256.
+inline std::string dv2_accepts_common(const attention_args& a) {
+    if (a.k_cache.type != a.act)
+        return strfmt("k_cache dtype %s differs from the activation dtype %s", dtype_name(a.k_cache.type),
+                      dtype_name(a.act));
+    if (a.meta.max_seqlen_q != 1)
+        return strfmt("decode kernel: max_seqlen_q = %d (needs 1 query row per sequence)", a.meta.max_seqlen_q);
+    int64_t d = a.q.dim(2), row_bytes = d * int64_t(dtype_size(a.act));
+    if (d > k_att_max_head_dim) return strfmt("head_dim %lld > %d", (long long)d, k_att_max_head_dim);
+    if (row_bytes % 16 != 0)
+        return strfmt("decode kernel: head_dim %lld × %s is %lld bytes, not a multiple of 16", (long long)d,
+                      dtype_name(a.act), (long long)row_bytes);
+    for (auto t : {std::make_pair(&a.q, "q"), {&a.k_cache, "k_cache"}, {&a.v_cache, "v_cache"}})
+        if (reinterpret_cast<uintptr_t>(t.first->data) % 16 != 0)
+            return strfmt("decode kernel: %s is not 16-byte aligned", t.second);
+    return "";
+}
+
+}  // namespace cuda
+}  // namespace tetra
