@@ -2,8 +2,9 @@
 // sequence). One CTA per (key split, kv head · head split, sequence) handles up to 4 query heads of
 // the GQA group together (building blocks in attention_decode_v2.cuh), and a merge kernel combines
 // the splits in fixed order (O = Σ_i e^(lse_i − lse) · O_i; deterministic). Splits past a row's
-// position exit. Short contexts on sm_90 run attention_decode_cluster_sm90 instead (no merge
-// kernel). (A merge by the last CTA of each group measured slower and was removed: docs/cuda-backend.md.)
+// position exit. Decode batches of ≥ 64 groups with short contexts run attention_decode_cluster_sm90
+// on sm_90 instead (no merge kernel). (A merge by the last CTA of each group measured slower and
+// was removed: docs/cuda-backend.md.)
 #include "backend/cuda/attention_decode_v2.cuh"
 #include "core/env.h"
 
