@@ -23,6 +23,7 @@ namespace cuda {
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
 void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r);  // m ≤ 8, same prepared weight
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
+void register_matmul_dense_bf16_gemv_sm80(kernel_registry& r);  // small (router) weights, PDL
 // The prepare step of matmul_nvfp4_w4a16_sm80 (for cuda_backend::prepare_linear): packs a host
 // NVFP4 weight (w4a16_sm80_pack) and uploads it. codes/scales keep the canonical shapes [n, k/2] /
 // [n, k/16] (so backend::matmul's checks pass) but point at the packed buffers (≥ those sizes);
