@@ -245,7 +245,7 @@ int run_doctor(const doctor_args& a) {
     selftest_options o;
     o.all_kernels = true, o.log = false;
     o.act = activation_dtype(a.act_dtype);
-    j["activations"] = dtype_name(o.act ? *o.act : cuda ? dtype::BF16 : dtype::F32);
+    j["activations"] = dtype_name(o.act ? *o.act : default_act_type(be->device()));
     try {  // failing kernels are excluded and listed; the exit code says whether the model can run here
         j["selftest"] = selftest_json(run_selftest(c, w, *be, o));
     } catch (const error& e) {

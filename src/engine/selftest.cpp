@@ -20,6 +20,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/model.h"
 
 namespace tetra {
 
@@ -253,7 +254,7 @@ selftest_report run_selftest(const model_config& c, model_weights& w, backend& b
         return rep;
     }
     double t0 = now_s();
-    dtype act = o.act ? *o.act : be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16;  // as model/layers.cpp
+    dtype act = o.act ? *o.act : default_act_type(be.device());
     tester t(be, reg, rep, build_cases(c, w, act, o));
     for (bool changed = true; changed;) {  // an exclusion in one case may change another's selection
         changed = false;

@@ -21,7 +21,7 @@ struct selftest_options {
     bool skip = false;          // --skip-selftest: nothing is tested (a warning says so)
     int64_t max_tokens = 256;   // rows per forward step: matmul kernels are selected for M in [1, max_tokens]
     matmul_mode mode = matmul_mode::AUTO;
-    std::optional<dtype> act;   // the model's activation dtype (default: f32 on CPU, bf16 on CUDA, as model/layers.cpp)
+    std::optional<dtype> act;   // the model's activation dtype (unset: default_act_type, model/model.h)
     bool all_kernels = false;   // tetra doctor: also test every other eligible kernel of each op
     bool log = true;            // one line per layer class / op at info level (exclusions always log)
 };

@@ -94,7 +94,7 @@ class dense_decoder final : public causal_lm {
   public:
     dense_decoder(const model_config& c, decoder_weights w, backend& be, const model_options& opt)
         : causal_lm(c, be, opt.max_tokens,
-                    opt.act ? *opt.act : be.device().kind == device_kind::CPU ? dtype::F32 : dtype::BF16),
+                    opt.act ? *opt.act : default_act_type(be.device())),
           w_(std::move(w)), mode_(opt.mode) {
         int64_t n = max_tokens_, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
         residual_ = be.alloc(act_, {n, c.n_embd});

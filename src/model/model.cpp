@@ -23,6 +23,8 @@ rope_params rope_params_of(const rope_config& r) {
     return rp;
 }
 
+dtype default_act_type(const device_info& dev) { return dev.kind == device_kind::CPU ? dtype::F32 : dtype::BF16; }
+
 std::unique_ptr<causal_lm> create_model(const model_config& c, model_weights& w, backend& be, const model_options& opt) {
     TETRA_CHECK(opt.max_tokens >= 1, "create_model: max_tokens must be >= 1, got %lld", (long long)opt.max_tokens);
     if (c.architecture == "LlamaForCausalLM") return create_llama(c, w, be, opt);

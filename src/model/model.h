@@ -75,6 +75,10 @@ struct model_options {
 // rope_inv_freq takes, for the model and for the self-test's rope cases.
 rope_params rope_params_of(const rope_config& r);
 
+// The activation dtype a model gets when model_options::act is unset: f32 on the CPU, bf16 on CUDA
+// (the self-test and `tetra doctor` check the kernels at the same default).
+dtype default_act_type(const device_info& dev);
+
 // Builds the architecture named by cfg.architecture. Weights are prepared for the backend (uploaded,
 // re-laid) once; a tensor the architecture needs but the checkpoint lacks is an error naming it.
 std::unique_ptr<causal_lm> create_model(const model_config& cfg, model_weights& w, backend& be,
