@@ -22,21 +22,6 @@ struct expert_pairs {
     std::vector<linear_weight> gate, up, stacked;
 };
 
-linear_weight random_linear(rng& r, int64_t n, int64_t k, bool nvfp4, float scale_global) {
-    linear_weight w;
-    w.n_out = n, w.n_in = k;
-    if (!nvfp4) {
-        w.dense = random_tensor(r, dtype::BF16, {n, k});
-        return w;
-    }
-    w.kind = linear_kind::NVFP4, w.scale_global = scale_global;
-    w.codes = tensor::alloc(dtype::U8, {n, k / 2}), w.scales = tensor::alloc(dtype::E4M3, {n, k / 16});
-    uint8_t *c = w.codes.ptr<uint8_t>(), *s = static_cast<uint8_t*>(w.scales.data);
-    for (int64_t i = 0; i < n * k / 2; ++i) c[i] = uint8_t(r.randint(0, 255));
-    for (int64_t i = 0; i < n * k / 16; ++i) s[i] = uint8_t(r.randint(0x20, 0x50));
-    return w;
-}
-
 tensor cat_rows(const tensor& a, const tensor& b) {
     tensor out = tensor::alloc(a.type, {a.dim(0) + b.dim(0), a.dim(1)});
     std::memcpy(out.data, a.data, a.nbytes());

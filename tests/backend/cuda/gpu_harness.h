@@ -41,6 +41,23 @@ inline gpu_guarded make_gpu_guarded(dtype t, std::vector<int64_t> shape) {
     return g;
 }
 
+// A random host linear [n, k]: NVFP4 (codes uniform, e4m3 scales in [2^-4, 2^1), `scale_global`)
+// or dense bf16 N(0, 1).
+inline linear_weight random_linear(rng& r, int64_t n, int64_t k, bool nvfp4, float scale_global = 1.0f / 64) {
+    linear_weight w;
+    w.n_out = n, w.n_in = k;
+    if (!nvfp4) {
+        w.dense = random_tensor(r, dtype::BF16, {n, k});
+        return w;
+    }
+    w.kind = linear_kind::NVFP4, w.scale_global = scale_global;
+    w.codes = tensor::alloc(dtype::U8, {n, k / 2}), w.scales = tensor::alloc(dtype::E4M3, {n, k / 16});
+    uint8_t *c = w.codes.ptr<uint8_t>(), *s = static_cast<uint8_t*>(w.scales.data);
+    for (int64_t i = 0; i < n * k / 2; ++i) c[i] = uint8_t(r.randint(0, 255));
+    for (int64_t i = 0; i < n * k / 16; ++i) s[i] = uint8_t(r.randint(0x20, 0x50));
+    return w;
+}
+
 inline std::vector<const kernel_entry*> cuda_kernels(const std::string& op) {
     std::vector<const kernel_entry*> out;
     for (const kernel_entry* k : kernel_registry::instance().kernels(op))

@@ -15,22 +15,6 @@ using namespace tetra_test;
 
 namespace {
 
-// NVFP4 (codes uniform, e4m3 scales in [2^-4, 2^1), scale_global 1/64) or dense bf16 [n, k].
-linear_weight random_linear(rng& r, int64_t n, int64_t k, bool nvfp4) {
-    linear_weight w;
-    w.n_out = n, w.n_in = k;
-    if (!nvfp4) {
-        w.dense = random_tensor(r, dtype::BF16, {n, k});
-        return w;
-    }
-    w.kind = linear_kind::NVFP4, w.scale_global = 1.0f / 64;
-    w.codes = tensor::alloc(dtype::U8, {n, k / 2}), w.scales = tensor::alloc(dtype::E4M3, {n, k / 16});
-    uint8_t *c = w.codes.ptr<uint8_t>(), *s = static_cast<uint8_t*>(w.scales.data);
-    for (int64_t i = 0; i < n * k / 2; ++i) c[i] = uint8_t(r.randint(0, 255));
-    for (int64_t i = 0; i < n * k / 16; ++i) s[i] = uint8_t(r.randint(0x20, 0x50));
-    return w;
-}
-
 matmul_mode mode_of(bool nvfp4) { return nvfp4 ? matmul_mode::W4A16 : matmul_mode::DENSE; }
 
 tensor run_gpu(const tensor& x, const linear_weight& dev, int64_t n, bool nvfp4, const std::string& vars) {

@@ -221,24 +221,11 @@ TEST(moe_ops_gpu, permute_equals_cpu) {
 
 namespace {
 
-// n_expert linears [n, k]: random NVFP4 (codes uniform, e4m3 scales in [2^-4, 2^1), scale_global
-// 1/64), or dense bf16.
+// n_expert random linears [n, k] (random_linear, gpu_harness.h): NVFP4 with scale_global 1/(64 + e)
+// for expert e, or dense bf16.
 std::vector<linear_weight> random_experts(rng& r, int64_t ne, int64_t n, int64_t k, bool nvfp4) {
     std::vector<linear_weight> ex;
-    for (int64_t e = 0; e < ne; ++e) {
-        linear_weight w;
-        w.n_out = n, w.n_in = k;
-        if (!nvfp4) {
-            w.dense = random_tensor(r, dtype::BF16, {n, k});
-        } else {
-            w.kind = linear_kind::NVFP4, w.scale_global = 1.0f / (64 + e);
-            w.codes = tensor::alloc(dtype::U8, {n, k / 2}), w.scales = tensor::alloc(dtype::E4M3, {n, k / 16});
-            uint8_t *c = w.codes.ptr<uint8_t>(), *s = static_cast<uint8_t*>(w.scales.data);
-            for (int64_t i = 0; i < n * k / 2; ++i) c[i] = uint8_t(r.randint(0, 255));
-            for (int64_t i = 0; i < n * k / 16; ++i) s[i] = uint8_t(r.randint(0x20, 0x50));
-        }
-        ex.push_back(w);
-    }
+    for (int64_t e = 0; e < ne; ++e) ex.push_back(random_linear(r, n, k, nvfp4, 1.0f / float(64 + e)));
     return ex;
 }
 
