@@ -25,6 +25,13 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
+// 8 bf16 (16 bytes) → f32, two shift/mask ops per pair (bf16 is the high half of an f32).
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& q, float (&f)[8]) {
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[2 * e] = __uint_as_float(u[e] << 16), f[2 * e + 1] = __uint_as_float(u[e] & 0xFFFF0000u);
+}
+
 // Element i of a f32|bf16|f16 buffer whose dtype is a run-time value (uniform across the grid,
 // so the switch does not diverge).
 __device__ __forceinline__ float load_any(const void* p, dtype t, int64_t i) {

@@ -23,12 +23,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
 }
 
-__device__ __forceinline__ void bf16x8_f32(const uint4& q, float (&f)[8]) {
-    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) f[2 * e] = __uint_as_float(u[e] << 16), f[2 * e + 1] = __uint_as_float(u[e] & 0xFFFF0000u);
-}
-
 // x: bf16 [m, k]; w: bf16 [n, k]; out: bf16 [m, n]; k % 8 == 0, 16-byte aligned x and w. grid
 // (ceil(n / C), row blocks, grid-strided); blockDim = 32 · warps. Dynamic shared memory C·k·2 bytes:
 // rows [C·blockIdx.x, +C) of w (zeros past n). Warp w takes row groups of R rows; per row group and
@@ -76,11 +70,11 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) dense_gemv_kernel(const __n
             auto fma8 = [&](const uint4 (&xq)[R], const uint4 (&wq)[C]) {
                 float xf[R][8];
 #pragma unroll
-                for (int i = 0; i < R; ++i) bf16x8_f32(xq[i], xf[i]);
+                for (int i = 0; i < R; ++i) bf16x8_to_f32(xq[i], xf[i]);
 #pragma unroll
                 for (int c = 0; c < C; ++c) {
                     float wf[8];
-                    bf16x8_f32(wq[c], wf);
+                    bf16x8_to_f32(wq[c], wf);
 #pragma unroll
                     for (int i = 0; i < R; ++i)
 #pragma unroll

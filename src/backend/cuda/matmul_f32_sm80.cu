@@ -87,11 +87,8 @@ __global__ void __launch_bounds__(D_WARPS * 32) dense_f32_kernel(const float* x,
     float acc[D_ROWS] = {};
     if (VEC) {
         for (int i = 8 * lane; i < k; i += 256) {
-            const uint4 v = ld_stream(reinterpret_cast<const uint4*>(wr + i));
-            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
             float wf[8];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) wf[2 * e] = __uint_as_float(u[e] << 16), wf[2 * e + 1] = __uint_as_float(u[e] & 0xFFFF0000u);
+            bf16x8_to_f32(ld_stream(reinterpret_cast<const uint4*>(wr + i)), wf);
 #pragma unroll
             for (int r = 0; r < D_ROWS; ++r) {
                 if (r >= rows) break;
