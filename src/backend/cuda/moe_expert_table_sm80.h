@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace tetra {
 struct moe_matmul_args;
 namespace cuda {
@@ -19,6 +21,13 @@ struct moe_expert_ptrs {
     float alpha = 1.0f;
     float pad = 0.0f;
 };
+
+// The entries of each weight kind, defined once: every kernel that asks for the same experts vector
+// (the grouped matmuls: the mma, the CUDA-core and the dense kernel) gets the same cached table.
+inline moe_expert_ptrs moe_w4a16_ptrs(const linear_weight& w) {
+    return moe_expert_ptrs{w.codes.data, w.scales.data, w.scale_global * 256.0f};
+}
+inline moe_expert_ptrs moe_dense_ptrs(const linear_weight& w) { return moe_expert_ptrs{w.dense.data, nullptr, 1.0f}; }
 
 // The device copy of `host` for the experts vector at `key` on the current device. Cached by
 // (device, key, size) and compared entry by entry on every call: a changed entry rebuilds it (a

@@ -41,7 +41,7 @@ void moe_dense_launch(backend& be, const moe_matmul_args& a) {
     cudaStream_t s = stream_of(be);
     const std::vector<linear_weight>& ex = *a.experts;
     const moe_expert_ptrs* table =
-        moe_expert_table(ex, s, [](const linear_weight& w) { return moe_expert_ptrs{w.dense.data, nullptr, 1.0f}; });
+        moe_expert_table(ex, s, moe_dense_ptrs);
     dim3 grid(unsigned(a.n_rows), unsigned((a.n + WARPS - 1) / WARPS));
     const int32_t* offsets = a.expert_offsets.ptr<const int32_t>();
     if (a.x.type == dtype::F32)

@@ -8,6 +8,8 @@
 // cp.async ring 8 chunks deep, x through a shared k-window. Deterministic by construction: an
 // element's sum order (per slice: chunks ascending, MMAs j∈{0,2} and {1,3} in two accumulators; then
 // slices 0..3 in order) depends only on k, and an MMA column depends only on its own B column.
+// Launched with programmatic dependent launch (sm_90+): the CTAs are resident before the previous
+// kernel (the gather, silu_mul) ends; everything they read depends on it, so they wait first.
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
@@ -130,6 +132,10 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ks = warp % KS, tile = blockIdx.x * WT + warp / KS;
     int e, r0, nr;
+    // Programmatic dependent launch: the CTAs become resident during the previous kernel's tail;
+    // everything read here (offsets → expert → its weights, x) depends on it, so wait first.
+    pdl_wait();
+    pdl_trigger();
     if (!find_item(p.offsets, p.ne, RB, blockIdx.y, lane, e, r0, nr)) return;  // uniform over the CTA
     const moe_expert_ptrs ex = p.table[e];
     const bool active = tile < p.n_tiles;
@@ -234,7 +240,7 @@ int x_budget(const device_info& dev) {
 }
 
 template <int NT>
-void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s) {
+void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s, bool pdl) {
     auto kern = moe_w4a16_mma_kernel<NT>;
     static bool attr_set = false;  // per instance; the attribute is per function
     if (!attr_set) {
@@ -247,17 +253,14 @@ void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int
     q.win_groups = int(std::max<int64_t>(1, std::min<int64_t>(d.k_groups, budget / (row_bytes * (GROUP_K + X_PAD)))));
     const size_t smem = RING_BYTES + SCALE_BYTES + size_t(8 * NT) * (q.win_groups * GROUP_K + X_PAD) * 2;
     dim3 grid(unsigned((d.n_tiles + WT - 1) / WT), unsigned(items));
-    kern<<<grid, THREADS, smem, s>>>(q);
-    CUDA_CHECK(cudaGetLastError());
+    launch_on(kern, grid, dim3(THREADS), smem, s, pdl, q);
 }
 
 void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
     if (a.n_rows == 0) return;
     cudaStream_t s = stream_of(be);
     const std::vector<linear_weight>& ex = *a.experts;
-    const moe_expert_ptrs* table = moe_expert_table(ex, s, [](const linear_weight& w) {
-        return moe_expert_ptrs{w.codes.data, w.scales.data, w.scale_global * 256.0f};
-    });
+    const moe_expert_ptrs* table = moe_expert_table(ex, s, moe_w4a16_ptrs);
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
     mma_params p;
     p.x = a.x.ptr<const __nv_bfloat16>(), p.out = a.out.ptr<__nv_bfloat16>();
@@ -267,9 +270,10 @@ void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
     const int nt = nt_for(a.n_rows, int64_t(ex.size()));
     const int64_t items = items_for(a.n_rows, int64_t(ex.size()), nt);
     const int budget = x_budget(be.device());
-    if (nt == 1) launch_nt<1>(p, d, items, budget, s);
-    else if (nt == 2) launch_nt<2>(p, d, items, budget, s);
-    else launch_nt<4>(p, d, items, budget, s);
+    const bool pdl = pdl_enabled(be);
+    if (nt == 1) launch_nt<1>(p, d, items, budget, s, pdl);
+    else if (nt == 2) launch_nt<2>(p, d, items, budget, s, pdl);
+    else launch_nt<4>(p, d, items, budget, s, pdl);
 }
 
 // As the CUDA-core kernel's accepts: bf16, int-sized shapes, the experts in the sm80 packed layout

@@ -86,9 +86,7 @@ void moe_w4a16_launch(backend& be, const moe_matmul_args& a) {
     if (a.n_rows == 0) return;
     cudaStream_t s = stream_of(be);
     const std::vector<linear_weight>& ex = *a.experts;
-    const moe_expert_ptrs* table = moe_expert_table(ex, s, [](const linear_weight& w) {
-        return moe_expert_ptrs{w.codes.data, w.scales.data, w.scale_global * 256.0f};
-    });
+    const moe_expert_ptrs* table = moe_expert_table(ex, s, moe_w4a16_ptrs);
     w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
     dim3 grid(unsigned(a.n_rows), unsigned(d.n_tiles));
     const int32_t* offsets = a.expert_offsets.ptr<const int32_t>();

@@ -1,9 +1,11 @@
-// moe_permute_sm80: the stable counting sort of moe_permute_cpu in one CTA, integers only. Thread e
-// owns expert e (looping e += blockDim): pass 1 counts its assignments by scanning topk_ids in
-// order, an exclusive scan gives the offsets, pass 2 scans again and places each of its
-// assignments at the next row of its group — ascending (token, slot) within a group by
-// construction, the same integers as the CPU whatever the launch shape. O(n_tokens·k) reads per
-// thread (broadcast loads of the same id); ids outside [0, n_expert) are skipped (undefined, moe.h).
+// moe_permute_sm80: the stable counting sort of moe_permute_cpu in one CTA, integers only. Thread t
+// owns a contiguous range of experts: pass 1 counts each one's assignments by scanning topk_ids in
+// order, a block-wide exclusive scan (warp shuffles, then the warp totals) gives the offsets, pass 2
+// scans again and places each assignment at the next row of its group — ascending (token, slot)
+// within a group by construction, the same integers as the CPU whatever the launch shape.
+// O(n_tokens·k) reads per expert (broadcast loads of the same id); ids outside [0, n_expert) are
+// skipped (undefined, moe.h).
+// Programmatic dependent launch (sm_90+): the CTA becomes resident while moe_route finishes.
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/moe.h"
 
@@ -12,26 +14,60 @@ namespace cuda {
 
 namespace {
 
-constexpr int THREADS = 512;
+constexpr int THREADS = 512, WARPS = THREADS / 32;
+constexpr unsigned FULL = 0xffffffffu;
+
+// Exclusive scan of v over the CTA (every thread calls it); tot: the CTA's total.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& tot) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = v;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int u = __shfl_up_sync(FULL, incl, d);
+        if (lane >= d) incl += u;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < WARPS ? warp_sums[lane] : 0, wi = w;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int u = __shfl_up_sync(FULL, wi, d);
+            if (lane >= d) wi += u;
+        }
+        if (lane < WARPS) warp_sums[lane] = wi - w;  // exclusive prefix of the warp totals
+        if (lane == WARPS - 1) warp_sums[WARPS] = wi;
+    }
+    __syncthreads();
+    tot = warp_sums[WARPS];
+    return warp_sums[warp] + incl - v;
+}
 
 // ids: i32 [n]; counts: i32 [ne]; offsets: i32 [ne + 1]; sorted: i32 [n]; dest: i32 [n]
 __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
                                                               int32_t* sorted, int32_t* dest, int n, int ne, int k) {
-    extern __shared__ int32_t base[];  // [ne + 1]: offsets
-    for (int e = threadIdx.x; e < ne; e += THREADS) {
+    extern __shared__ int32_t base[];  // [ne]: offsets (then the next free row of each expert)
+    __shared__ int warp_sums[WARPS + 1];
+    pdl_wait();
+    pdl_trigger();
+    const int per = (ne + THREADS - 1) / THREADS, e0 = threadIdx.x * per, e1 = min(ne, e0 + per);
+    int mine = 0;
+    for (int e = e0; e < e1; ++e) {
         int c = 0;
         for (int i = 0; i < n; ++i) c += __ldg(ids + i) == e;
-        base[e + 1] = c;
+        base[e] = c;
         counts[e] = c;
+        mine += c;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        base[0] = 0;
-        for (int e = 0; e < ne; ++e) base[e + 1] += base[e];
+    int tot = 0, run = block_exclusive_scan(mine, warp_sums, tot);
+    for (int e = e0; e < e1; ++e) {
+        const int c = base[e];
+        base[e] = run;
+        offsets[e] = run;
+        run += c;
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e <= ne; e += THREADS) offsets[e] = base[e];
-    for (int e = threadIdx.x; e < ne; e += THREADS) {
+    if (threadIdx.x == 0) offsets[ne] = tot;
+    for (int e = e0; e < e1; ++e) {
         int r = base[e];
         for (int i = 0; i < n; ++i)
             if (__ldg(ids + i) == e) {
@@ -45,11 +81,10 @@ __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids
 
 static void moe_permute_launch(backend& be, const moe_permute_args& a) {
     const int64_t n = a.n_tokens * a.k;
-    size_t smem = size_t(a.n_expert + 1) * sizeof(int32_t);
-    moe_permute_kernel<<<1, THREADS, smem, stream_of(be)>>>(a.topk_ids.ptr<const int32_t>(), a.expert_counts.ptr<int32_t>(),
-                                                            a.expert_offsets.ptr<int32_t>(), a.sorted_tokens.ptr<int32_t>(),
-                                                            a.dest_rows.ptr<int32_t>(), int(n), int(a.n_expert), int(a.k));
-    CUDA_CHECK(cudaGetLastError());
+    const size_t smem = size_t(a.n_expert) * sizeof(int32_t);
+    launch_pdl(be, moe_permute_kernel, dim3(1), dim3(THREADS), smem, a.topk_ids.ptr<const int32_t>(),
+               a.expert_counts.ptr<int32_t>(), a.expert_offsets.ptr<int32_t>(), a.sorted_tokens.ptr<int32_t>(),
+               a.dest_rows.ptr<int32_t>(), int(n), int(a.n_expert), int(a.k));
 }
 
 static std::string moe_permute_accepts(const moe_permute_args& a) {

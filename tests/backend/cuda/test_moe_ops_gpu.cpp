@@ -217,6 +217,25 @@ TEST(moe_ops_gpu, permute_equals_cpu) {
     EXPECT_EQ(to_i32(to_host(gs)), to_i32(cs));
     EXPECT_EQ(to_i32(to_host(gd)), to_i32(cd));
     EXPECT_EQ(n_cases, 20);
+    // More experts than threads (each thread owns a range of experts; the scan crosses warps).
+    int n_wide = 0;
+    for (int64_t ne : {513, 1500, 8192})
+        for (int64_t nt : {1, 7, 300}) {
+            std::string vars = "n_expert=" + std::to_string(ne) + " n_tokens=" + std::to_string(nt);
+            tensor wi = i32_2d(random_assignment(r, nt, ne, 8, nt == 7 ? 16 : 1), nt, 8);
+            tensor wc = tensor::alloc(dtype::I32, {ne}), wo = tensor::alloc(dtype::I32, {ne + 1});
+            tensor ws = tensor::alloc(dtype::I32, {nt * 8}), wd = tensor::alloc(dtype::I32, {nt, 8});
+            moe_permute(cpu_be(), wi, ne, wc, wo, ws, wd);
+            tensor gwc = gpu_be().alloc(dtype::I32, {ne}), gwo = gpu_be().alloc(dtype::I32, {ne + 1});
+            tensor gws = gpu_be().alloc(dtype::I32, {nt * 8}), gwd = gpu_be().alloc(dtype::I32, {nt, 8});
+            moe_permute(gpu_be(), to_gpu(wi), ne, gwc, gwo, gws, gwd);
+            EXPECT_EQ(to_i32(to_host(gwc)), to_i32(wc)) << vars;
+            EXPECT_EQ(to_i32(to_host(gwo)), to_i32(wo)) << vars;
+            EXPECT_EQ(to_i32(to_host(gws)), to_i32(ws)) << vars;
+            EXPECT_EQ(to_i32(to_host(gwd)), to_i32(wd)) << vars;
+            ++n_wide;
+        }
+    EXPECT_EQ(n_wide, 9);
 }
 
 namespace {
@@ -483,3 +502,4 @@ TEST(moe_ops_gpu, block_is_deterministic_alone_vs_batch_and_repeated) {
     }
     EXPECT_EQ(n_kernels, 2) << "expected the mma and the CUDA-core W4A16 MoE kernels";
 }
+
