@@ -3,7 +3,7 @@
 // operand, up to 8·NT of that expert's permuted rows the B operand, so each weight tile is read once
 // for all the rows of a pass. Grid (tile pairs, work items): a work item is (expert, pass of 8·NT
 // rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
-// min(n_expert, rows) + rows / (8·NT), surplus CTAs exit). 8 warps = 2 tiles × 4 k-slices: within
+// j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit). 8 warps = 2 tiles × 4 k-slices: within
 // each 512-k group warp slice s takes chunks s and s+4, codes and scales stream through a per-warp
 // cp.async ring 8 chunks deep, x through a shared k-window. Deterministic by construction: an
 // element's sum order (per slice: chunks ascending, MMAs j∈{0,2} and {1,3} in two accumulators; then
@@ -88,24 +88,27 @@ __device__ bool find_item(const int32_t* off, int ne, int rb, int item, int lane
     return false;
 }
 
-// x rows [r0, r0 + nr) × k [k0, k0 + kw) → smem rows of `stride` bf16; rows nr..rows_used-1 and k
-// past the end are zero-filled (cp.async with 0 source bytes reads nothing). Not committed.
-__device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int k, int r0, int nr, int rows_used, int k0, int kw,
+// x rows [r0, r0 + nr) × k [k0, k0 + kw) → smem rows of `stride` bf16; k past the end is
+// zero-filled (cp.async with 0 source bytes reads nothing). Only the nr real rows: the MMA lanes of
+// rows nr.. read row 0 instead (compute_chunk). Not committed.
+__device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int k, int r0, int nr, int k0, int kw,
                                         __nv_bfloat16* xs, int stride) {
     const int per_row = kw / 8;
-    for (int v = threadIdx.x; v < rows_used * per_row; v += THREADS) {
+    for (int v = threadIdx.x; v < nr * per_row; v += THREADS) {
         const int r = v / per_row, kk = (v - r * per_row) * 8, kg = k0 + kk;
-        const bool ok = r < nr && kg < k;
+        const bool ok = kg < k;
         cp_async16(smem_addr(xs + r * stride + kk), ok ? x + size_t(r0 + r) * k + kg : x, ok ? 16 : 0);
     }
 }
 
 // One chunk (16 weight rows × 64 k) of one warp against nu n8 tiles of x. q: the lane's 16 code
-// bytes; two: the chunk's e4m3 scales (row g, row g+8); xk: x row g of the window at this chunk's
-// k + 16t. MMA j goes to accumulator j & 1 (the same for every NT: the per-element order is fixed).
+// bytes; two: the chunk's e4m3 scales (row g, row g+8); xk: the window at this chunk's k + 16t;
+// xoff[u]: the offset of x row 8u + g in it (row 0 for rows ≥ nr: a B column reaches only its own D
+// column, and those columns are never stored). MMA j goes to accumulator j & 1 (the same for every
+// NT: the per-element order is fixed).
 template <int NT>
-__device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, const __nv_bfloat16* xk, int stride,
-                                              int nu, float (&acc)[2][NT][4]) {
+__device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, const __nv_bfloat16* xk,
+                                              const int (&xoff)[NT], int nu, float (&acc)[2][NT][4]) {
     uint32_t s0, s1;
     scales_to_bf16x2(two, s0, s1);
     uint32_t a[4][4];
@@ -114,7 +117,7 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
         if (u >= nu) break;
-        const uint4* xr = reinterpret_cast<const uint4*>(xk + 8 * u * stride);
+        const uint4* xr = reinterpret_cast<const uint4*>(xk + xoff[u]);
         const uint4 lo = xr[0], hi = xr[1];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -175,6 +178,9 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     }
 
     float acc[2][NT][4];
+    int xoff[NT];
+#pragma unroll
+    for (int u = 0; u < NT; ++u) xoff[u] = (8 * u + g < nr ? 8 * u + g : 0) * stride;
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     for (int g0 = 0; g0 < p.k_groups; g0 += p.win_groups) {
         const int g1 = min(p.k_groups, g0 + p.win_groups);
         if (g0 > 0) __syncthreads();  // every warp is done reading the previous window
-        stage_x(p.x, p.k, r0, nr, 8 * nu, g0 * GROUP_K, (g1 - g0) * GROUP_K, xs, stride);
+        stage_x(p.x, p.k, r0, nr, g0 * GROUP_K, (g1 - g0) * GROUP_K, xs, stride);
         cp_async_commit();
         cp_async_wait_all();
         __syncthreads();
@@ -195,8 +201,8 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
             if (active && c < p.k_chunks) {
                 const uint4 q = ring[32 * (s % DEPTH)];
                 const uint2 sw = sring[32 * (grp % SQ)];
-                const __nv_bfloat16* xk = xs + g * stride + (c - g0 * GROUP_CHUNKS) * CHUNK_K + 16 * t;
-                compute_chunk<NT>(q, (i ? sw.y : sw.x) >> (16 * (ks & 1)), xk, stride, nu, acc);
+                const __nv_bfloat16* xk = xs + (c - g0 * GROUP_CHUNKS) * CHUNK_K + 16 * t;
+                compute_chunk<NT>(q, (i ? sw.y : sw.x) >> (16 * (ks & 1)), xk, xoff, nu, acc);
             }
             fetch(s + DEPTH);  // into the slot just read
             cp_async_commit();
@@ -233,7 +239,13 @@ int nt_for(int64_t n_rows, int64_t ne) {
     return mean <= 8 ? 1 : mean <= 16 ? 2 : 4;
 }
 
-int64_t items_for(int64_t n_rows, int64_t ne, int nt) { return std::min(ne, n_rows) + n_rows / (8 * nt); }
+// The most work items (passes of rb = 8·nt rows) n_rows rows can make: with j non-empty experts,
+// Σ ceil(c_e / rb) ≤ j + (n_rows − j) / rb, largest at j = min(ne, n_rows). One token's k distinct
+// experts: exactly k items, so the grid is one wave (a surplus item row used to spill past it).
+int64_t items_for(int64_t n_rows, int64_t ne, int nt) {
+    const int64_t j = std::min(ne, n_rows);
+    return j + (n_rows - j) / (8 * nt);
+}
 
 int x_budget(const device_info& dev) {
     return int(std::min<int64_t>(X_BUDGET_MAX, dev.smem_per_block - RING_BYTES - SCALE_BYTES));
@@ -283,7 +295,7 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
     if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.n_rows > INT32_MAX / 2) return "shape too large for int indexing";
     const int64_t ne = int64_t(a.experts->size());
     if (items_for(a.n_rows, ne, 1) > 65535)
-        return "more than 65535 work items (n_expert + rows / 8 = " + std::to_string(items_for(a.n_rows, ne, 1)) + ")";
+        return "more than 65535 work items (" + std::to_string(items_for(a.n_rows, ne, 1)) + " passes of 8 rows at most)";
     return moe_w4a16_experts_why_not(a);
 }
 

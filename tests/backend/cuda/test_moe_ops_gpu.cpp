@@ -369,6 +369,55 @@ TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
     EXPECT_EQ(ran_f32, (std::map<std::string, int>{{"moe_matmul_dense_sm80", 21}, {"moe_matmul_nvfp4_w4a16_sm80", 23}}));
 }
 
+// The mma kernel's grid is the host's bound on the work items (passes of 8·NT rows): with j = min(ne,
+// rows) non-empty experts, j + (rows − j) / (8·NT). Assignments that reach it exactly (j − 1
+// experts with one row, one expert with the rest, (rows − j) a multiple of 8·NT) must still compute
+// every row: against the CPU oracle, for NT = 1, 2, 4 and a decode-like 8 rows over 128 experts.
+TEST(moe_ops_gpu, matmul_w4a16_mma_at_the_work_item_bound) {
+    rng r(308);
+    struct bound_case { int64_t ne, rows, big; };  // big: the expert holding rows − (j − 1)
+    const bound_case cases[] = {{8, 64, 3}, {8, 104, 7}, {4, 164, 1}, {3, 19, 0}, {128, 8, 77}};
+    int n_cases = 0;
+    for (const bound_case& bc : cases) {
+        const int64_t n = 40, k = 528, j = std::min(bc.ne, bc.rows);
+        std::vector<int32_t> count(size_t(bc.ne), 0);
+        if (bc.ne >= bc.rows) {
+            for (int64_t i = 0; i < j; ++i) count[size_t((bc.big + 9 * i) % bc.ne)] = 1;  // j distinct experts
+        } else {
+            for (int64_t e = 0; e < bc.ne; ++e) count[size_t(e)] = 1;
+            count[size_t(bc.big)] = int32_t(bc.rows - (j - 1));
+        }
+        std::vector<int32_t> off(size_t(bc.ne + 1), 0);
+        for (int64_t e = 0; e < bc.ne; ++e) off[size_t(e + 1)] = off[size_t(e)] + count[size_t(e)];
+        ASSERT_EQ(off.back(), bc.rows);
+        const std::string vars = "ne=" + std::to_string(bc.ne) + " rows=" + std::to_string(bc.rows);
+        std::vector<linear_weight> host = random_experts(r, bc.ne, n, k, true);
+        tensor x = random_tensor(r, dtype::BF16, {bc.rows, k}), offsets = i32_tensor(off);
+        tensor ref = tensor::alloc(dtype::BF16, {bc.rows, n});
+        {
+            force_kernel fk("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_cpu");
+            moe_matmul(cpu_be(), x, host, offsets, ref, matmul_mode::W4A16);
+        }
+        std::vector<linear_weight> dev = prepare_all(host);
+        force_kernel fk("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80");
+        gpu_guarded out = make_gpu_guarded(dtype::BF16, {bc.rows, n});
+        moe_matmul(gpu_be(), to_gpu(x), dev, to_gpu(offsets), out.view, matmul_mode::W4A16);
+        bool ok = false;
+        std::vector<double> got = to_double(out.result(&ok)), want = to_double(ref);
+        EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
+        EXPECT_EQ(compare(got, want, 3e-5), "") << vars;
+        int zero_rows = 0;  // a dropped pass would leave its rows unwritten (guard pattern) or zero
+        for (int64_t i = 0; i < bc.rows; ++i) {
+            bool all_zero = true;
+            for (int64_t c = 0; c < n; ++c) all_zero = all_zero && got[size_t(i * n + c)] == 0.0;
+            zero_rows += all_zero;
+        }
+        EXPECT_EQ(zero_rows, 0) << vars;
+        ++n_cases;
+    }
+    EXPECT_EQ(n_cases, 5);
+}
+
 // A row's bits do not depend on the batch: rows of a 200-row batch over 8 experts (8·NT = 32 rows
 // per pass in the mma kernel) equal the same rows computed alone (one row, NT = 1), for every CUDA
 // W4A16 kernel.
