@@ -3,7 +3,9 @@
 // --input-len tokens each, then --output-len greedy steps through the engine's model_runner (CUDA
 // graphs on the GPU; argmax on the device). Bytes per step = the weights (once per step) + every
 // sequence's KV read by attention; % of roofline = (bytes / step time) / the device's read
-// bandwidth measured in-process (backend/membw.h). Prefill: one sequence of --input-len tokens in
+// bandwidth measured in-process (backend/membw.h). MoE: the weights of every distinct routed expert
+// once — at batch 1 the k experts of the token, at batch B the experts the batch was routed to,
+// counted per layer in one more (untimed) step after the timed ones. Prefill: one sequence of --input-len tokens in
 // --max-num-batched-tokens chunks. Results go to stdout as a table, or JSON with --json.
 #include <chrono>
 #include <functional>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 
 #include "backend/membw.h"
 #include "core/error.h"
@@ -63,7 +66,23 @@ void prefill(model_runner& runner, const std::vector<int32_t>& table, const std:
 struct decode_result {
     int64_t batch = 0;
     double step_ms = 0, tok_s = 0, bytes_per_step = 0, roofline_pct = 0;
+    double experts_per_layer = 0;  // MoE: distinct routed experts per MoE layer (mean), 0 for dense
 };
+
+// MoE: the distinct experts each MoE layer routed the batch to in one step (tap "moe_ids").
+std::map<int, int64_t> distinct_experts_of_step(loaded_model& m, const std::function<void()>& step) {
+    std::map<int, int64_t> distinct;
+    m.model->set_tap([&](const std::string& name, int il, const tensor& t) {
+        if (name != "moe_ids") return;
+        std::vector<int32_t> ids(size_t(t.numel()));
+        m.be->download(t, ids.data());
+        std::sort(ids.begin(), ids.end());
+        distinct[il] = int64_t(std::unique(ids.begin(), ids.end()) - ids.begin());
+    });
+    step();
+    m.model->set_tap(nullptr);
+    return distinct;
+}
 
 // B sequences: prefill input_len tokens each (chunked by the model's max_tokens), then timed
 // greedy decode steps.
@@ -73,7 +92,8 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
     model_runner runner(*m.model, *m.be, kv);
     runner.set_graphs(graphs);
     std::mt19937 rng(1234);
-    const int64_t vocab = m.config.n_vocab, total = f.input_len + f.warmup + f.output_len;
+    // + 1: the MoE routing probe step after the timed ones.
+    const int64_t vocab = m.config.n_vocab, total = f.input_len + f.warmup + f.output_len + 1;
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), prompts(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s) {
         if (!pool.grow(tables[size_t(s)], total, kv.block_size))
@@ -100,12 +120,28 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         decode_step(pos++);
     }
     double dt = now_s() - t0;
-    for (auto& t : tables) pool.release(t);
     decode_result r;
     r.batch = B;
     r.step_ms = 1e3 * dt / f.output_len;
     r.tok_s = double(B) * f.output_len / dt;
     r.bytes_per_step = double(fp.weight_bytes) + kv_tokens / f.output_len * double(fp.kv_bytes_per_token);
+    const bool moe = std::any_of(fp.expert_bytes.begin(), fp.expert_bytes.end(), [](int64_t b) { return b > 0; });
+    if (moe) {  // weight_bytes counts k experts per layer; a batch reads each distinct one once
+        const int64_t k = m.config.n_expert_used;
+        std::map<int, int64_t> distinct = B == 1 ? std::map<int, int64_t>{} : distinct_experts_of_step(m, [&] { decode_step(pos++); });
+        double sum = 0;
+        int layers = 0;
+        for (size_t il = 0; il < fp.expert_bytes.size(); ++il) {
+            if (fp.expert_bytes[il] == 0) continue;
+            auto it = distinct.find(int(il));
+            const int64_t d = it == distinct.end() ? k : it->second;
+            TETRA_CHECK(B == 1 || it != distinct.end(), "bench: MoE layer %zu gave no routing (tap moe_ids)", il);
+            r.bytes_per_step += double(d - k) * double(fp.expert_bytes[il]);
+            sum += double(d), ++layers;
+        }
+        r.experts_per_layer = layers ? sum / layers : 0;
+    }
+    for (auto& t : tables) pool.release(t);
     r.roofline_pct = bw > 0 ? 100.0 * (r.bytes_per_step / (dt / f.output_len)) / bw : 0;
     return r;
 }
@@ -150,7 +186,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
     double bw = measure_read_bandwidth(*m->be);
 
     const int bs = 16;
-    const int64_t per_seq = (f.input_len + f.warmup + f.output_len + bs - 1) / bs;
+    const int64_t per_seq = (f.input_len + f.warmup + f.output_len + 1 + bs - 1) / bs;  // + the routing probe
     kv_cache kv = kv_cache::create(*m->be, c, per_seq * max_b, bs, m->model->act_type());
     block_pool pool(per_seq * max_b);
 
@@ -179,7 +215,8 @@ void bench(const model_flags& mf, const bench_flags& f) {
         j["graphs"] = !f.no_graphs, j["prefill_tok_s"] = prefill_tok_s;
         for (const auto& r : rs)
             j["decode"].push_back({{"batch", r.batch}, {"ms_per_step", r.step_ms}, {"tok_s", r.tok_s},
-                                   {"bytes_per_step", r.bytes_per_step}, {"roofline_pct", r.roofline_pct}});
+                                   {"bytes_per_step", r.bytes_per_step}, {"roofline_pct", r.roofline_pct},
+                                   {"moe_experts_per_layer", r.experts_per_layer}});
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
@@ -194,6 +231,11 @@ void bench(const model_flags& mf, const bench_flags& f) {
     for (const auto& r : rs)
         std::printf("  %5lld  %8.3f  %8.1f  %8.3f   %6.1f\n", (long long)r.batch, r.step_ms, r.tok_s, r.bytes_per_step / 1e9,
                     r.roofline_pct);
+    if (c.n_expert > 0) {
+        std::printf("MoE: GB/step counts each distinct routed expert once (top-%lld of %lld per token); experts per MoE layer:",
+                    (long long)c.n_expert_used, (long long)c.n_expert);
+        for (const auto& r : rs) std::printf(" batch %lld %.1f%s", (long long)r.batch, r.experts_per_layer, &r == &rs.back() ? "\n" : ",");
+    }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ model_footprint decode_footprint(const model_config& c, model_weights& w, int kv
     };
     static const char* const attn[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
     static const char* const mlp[] = {"gate_proj", "up_proj", "down_proj"};
+    f.expert_bytes.assign(size_t(c.n_layer), 0);
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "model.layers." + std::to_string(il) + ".";
         for (const char* m : attn) add(p + m, false);
@@ -32,7 +33,10 @@ model_footprint decode_footprint(const model_config& c, model_weights& w, int kv
         // MoE: the router, n_expert_used of the n_expert experts (all experts have the same size, so
         // expert 0 stands for each), and the shared expert with its gate.
         add(p + "mlp.gate", true);
-        for (const char* m : mlp) add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
+        for (const char* m : mlp) {
+            add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
+            f.expert_bytes[size_t(il)] += linear_bytes(w.linear(p + "mlp.experts.0." + m, false));
+        }
         if (c.n_ff_shexp > 0) {
             for (const char* m : mlp) add(p + "mlp.shared_expert." + m, false);
             add(p + "mlp.shared_expert_gate", true);

@@ -4,6 +4,7 @@
 // token); KV: per sequence, 2 · n_layer · n_head_kv · head_dim · dtype bytes per cached token.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "io/weights.h"
 #include "model/model_config.h"
@@ -15,6 +16,9 @@ struct model_footprint {
     int64_t lm_head_bytes = 0;       // part of weight_bytes
     int64_t kv_bytes_per_token = 0;  // per cached token of one sequence, read by attention each step
     int64_t n_params = 0;            // parameters of the linears (for reporting)
+    // MoE: per layer, one routed expert's gate + up + down bytes (0 in dense layers). weight_bytes
+    // counts n_expert_used of them per layer (one token); a batch reads each distinct expert once.
+    std::vector<int64_t> expert_bytes;
 };
 
 // kv_dtype_bytes: bytes per KV element (2 for bf16, 4 for f32).

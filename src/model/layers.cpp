@@ -177,6 +177,7 @@ class dense_decoder final : public causal_lm {
             tap("ffn_norm", il, h);
             if (L.moe) {
                 moe_->forward(*L.moe, h, proj, mode_);
+                tap("moe_ids", il, moe_->topk_ids(n));
             } else {
                 gate_up_silu(be_, L.mlp, h, gu_.data ? tensor_rows(gu_, 0, n) : tensor{}, up, gate, mode_);
                 be_.matmul(gate, L.down, proj, mode_);

@@ -34,7 +34,8 @@ struct forward_batch {
 };
 
 // Called with each named intermediate ("attn_norm", "q", "attn_out", "ffn_out", "l_out", "norm",
-// "logits") and its layer (-1 outside layers). Tensors are on the backend's device.
+// "logits") and its layer (-1 outside layers); MoE layers also give "moe_ids", the routed experts
+// (i32 [n_tokens, n_expert_used]). Tensors are on the backend's device.
 using tap_fn = std::function<void(const std::string& name, int il, const tensor& t)>;
 
 class causal_lm {
