@@ -47,9 +47,10 @@ template <class T, int HG>
 __global__ void __launch_bounds__(k_dv2_threads) attention_decode_cluster_kernel(dv2_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
+    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
+    dv2_prefetch_split<T>(p, blockIdx.z, split, kvh);
     pdl_wait();
     pdl_trigger();
-    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
     const int s = blockIdx.z, t = p.cu_seqlens_q[s];
     if (p.cu_seqlens_q[s + 1] <= t) return;  // no query row: the whole cluster returns, no barrier waits
     const int nh = min(HG, p.group - hsplit * HG), head0 = kvh * p.group + hsplit * HG, D = p.head_dim;

@@ -32,6 +32,28 @@ __device__ __forceinline__ void dv2_split_range(const dv2_params& p, int pos, in
     if (split + 1 < p.n_splits) hi = min(hi, (split + 1) * p.split_len - 1);
 }
 
+// Before pdl_wait() (cuda_device.cuh's rule): this split's K and V rows into L2, so the loads after
+// the wait hit L2 instead of waiting for DRAM behind the metadata chain. It reads only the step's
+// metadata and the paged K/V rows; the row of the position itself is stored by the previous kernel
+// (kv store) and is prefetched too, which is harmless: stores go through L2, so the loads after
+// pdl_wait() read the new row.
+template <class T>
+__device__ __forceinline__ void dv2_prefetch_split(const dv2_params& p, int s, int split, int kvh) {
+    const int t = p.cu_seqlens_q[s];
+    if (p.cu_seqlens_q[s + 1] <= t) return;
+    int lo, hi;
+    dv2_split_range(p, p.positions[t], split, lo, hi);
+    const int lines = (p.head_dim * int(sizeof(T)) + 127) / 128, per_key = 2 * lines;  // K lines, then V
+    const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
+    for (int i = int(threadIdx.x); i < (hi - lo + 1) * per_key; i += k_dv2_threads) {
+        const int j = lo + i / per_key, r = i % per_key;
+        const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+        const char* row = static_cast<const char*>(r < lines ? p.k_cache : p.v_cache) +
+                          (slot * p.n_head_kv + kvh) * p.head_dim * int64_t(sizeof(T));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (r % lines) * 128));
+    }
+}
+
 // 16 bytes of T as f32 values.
 template <class T> __device__ __forceinline__ void dv2_unpack(const uint4& u, float* f);
 template <> __device__ __forceinline__ void dv2_unpack<float>(const uint4& u, float* f) {

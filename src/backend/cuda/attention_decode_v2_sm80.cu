@@ -41,9 +41,10 @@ __device__ __forceinline__ void dv2_split_body(const dv2_params& p, int s, int t
 // split, attention_decode_v2_merge_kernel combines them.
 template <class T, int HG>
 __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_params p) {
+    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
+    dv2_prefetch_split<T>(p, blockIdx.z, split, kvh);
     pdl_wait();
     pdl_trigger();
-    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
     const int s = blockIdx.z, t = p.cu_seqlens_q[s];
     if (p.cu_seqlens_q[s + 1] <= t) return;  // no query row in this sequence (the whole group returns)
     const int nh = min(HG, p.group - hsplit * HG), head0 = kvh * p.group + hsplit * HG;

@@ -89,8 +89,14 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // ---- programmatic dependent launch (sm_90+) ------------------------------------------------------
 // A kernel launched with launch_pdl() may start while the previous kernel on the stream is still
 // finishing (its launch and prologue overlap that kernel's tail; in CUDA graphs too). Every such
-// kernel must call pdl_wait() before its first global memory access (read or write): it returns
-// once the previous grid has completed and its writes are visible. pdl_trigger() lets the next
+// kernel must call pdl_wait() before it writes global memory and before it reads anything a kernel
+// of the step may have written: it returns once the previous grid has completed and its writes are
+// visible. When a PDL kernel starts, the kernel two places before it has completed (the previous
+// one waited for it before triggering), and so has everything before that in stream order. So
+// before pdl_wait() a kernel may read only what no kernel of the step writes: prepared weights, the
+// step's metadata (positions, slot mapping, block tables: uploaded before the step's first
+// kernel), and KV rows of earlier positions (the W4A16 matmuls stream their weights, the decode
+// attention prefetches its K/V rows and qkv_rope_store builds its cos/sin table there). pdl_trigger() lets the next
 // PDL kernel start launching (call it right after pdl_wait(): the next kernel waits in turn). Not
 // earlier: triggering first thing lets a matmul launch while the previous matmul still fills the SMs,
 // and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 % slower; docs/perf.md). Both are

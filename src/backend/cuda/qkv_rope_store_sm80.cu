@@ -25,11 +25,13 @@ __global__ void __launch_bounds__(THREADS) qkv_rope_store_kernel(const T* qkv, c
                                                                  T* v_cache, const int32_t* slot_mapping, int nh,
                                                                  int nkv, int hd, int gp, int64_t n_slots) {
     extern __shared__ float cs[];
-    pdl_wait();
-    pdl_trigger();
     const int64_t t = blockIdx.x;
     const int half = hd / 2;
+    // Before pdl_wait() (cuda_device.cuh's rule: the step's metadata and inv_freq are not written by
+    // its kernels): the cos/sin table, computed while the qkv matmul ends.
     rope_table(cs, float(positions[t]), inv_freq, half);
+    pdl_wait();
+    pdl_trigger();
     __syncthreads();
     const int heads = nh + 2 * nkv;
     const int h = blockIdx.y * (THREADS / gp) + int(threadIdx.x) / gp, j = int(threadIdx.x) % gp;
