@@ -171,6 +171,10 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
             cp_async4(dst + 4, sc + 2);
         }
     };
+    // x of the first window in the oldest commit group, then the first DEPTH steps: compute starts
+    // once x and its own step have landed, not after every copy in flight.
+    stage_x(p.x, p.k, r0, nr, 0, min(p.k_groups, p.win_groups) * GROUP_K, xs, stride);
+    cp_async_commit();
 #pragma unroll
     for (int s = 0; s < DEPTH; ++s) {
         fetch(s);
@@ -186,14 +190,18 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
 #pragma unroll
         for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
 
-    // x in windows of win_groups groups (one window when it fits: every decode shape). A window
-    // boundary waits for every copy in flight (codes DEPTH steps ahead included).
+    // x in windows of win_groups groups (one window when it fits: every decode shape). A later
+    // window's boundary waits for every copy in flight (codes DEPTH steps ahead included).
     for (int g0 = 0; g0 < p.k_groups; g0 += p.win_groups) {
         const int g1 = min(p.k_groups, g0 + p.win_groups);
-        if (g0 > 0) __syncthreads();  // every warp is done reading the previous window
-        stage_x(p.x, p.k, r0, nr, g0 * GROUP_K, (g1 - g0) * GROUP_K, xs, stride);
-        cp_async_commit();
-        cp_async_wait_all();
+        if (g0 > 0) {
+            __syncthreads();  // every warp is done reading the previous window
+            stage_x(p.x, p.k, r0, nr, g0 * GROUP_K, (g1 - g0) * GROUP_K, xs, stride);
+            cp_async_commit();
+            cp_async_wait_all();
+        } else {
+            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH) : "memory");  // x landed; the steps may not have
+        }
         __syncthreads();
         for (int s = g0 * CPG; s < g1 * CPG; ++s) {
             asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");  // step s landed
