@@ -96,11 +96,12 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // before pdl_wait() a kernel may read only what no kernel of the step writes: prepared weights, the
 // step's metadata (positions, slot mapping, block tables: uploaded before the step's first
 // kernel), and KV rows of earlier positions (the W4A16 matmuls stream their weights, the decode
-// attention prefetches its K/V rows and qkv_rope_store builds its cos/sin table there). pdl_trigger() lets the next
-// PDL kernel start launching (call it right after pdl_wait(): the next kernel waits in turn). Not
-// earlier: triggering first thing lets a matmul launch while the previous matmul still fills the SMs,
-// and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 % slower; docs/perf.md). Both are
-// no-ops below sm_90 and when the kernel was launched without the attribute.
+// attention prefetches its K/V rows and qkv_rope_store builds its cos/sin table there).
+// pdl_trigger() lets the next PDL kernel start launching (call it right after pdl_wait(): the next
+// kernel waits in turn). Not earlier: triggering first thing lets a matmul launch while the previous
+// matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
+// slower; docs/perf.md). Both are no-ops below sm_90 and when the kernel was launched without the
+// attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

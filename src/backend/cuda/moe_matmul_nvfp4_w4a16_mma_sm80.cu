@@ -3,9 +3,10 @@
 // operand, up to 8·NT of that expert's permuted rows the B operand, so each weight tile is read once
 // for all the rows of a pass. Grid (tile pairs, work items): a work item is (expert, pass of 8·NT
 // rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
-// j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit). 8 warps = 2 tiles × 4 k-slices: within
-// each 512-k group warp slice s takes chunks s and s+4, codes and scales stream through a per-warp
-// cp.async ring 8 chunks deep, x through a shared k-window. Deterministic by construction: an
+// j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit).
+// 8 warps = 2 tiles × 4 k-slices: within each 512-k group warp slice s takes chunks s and s+4,
+// codes and scales stream through a per-warp cp.async ring 8 chunks deep, x through a shared
+// k-window (the first window's x before the weights). Deterministic by construction: an
 // element's sum order (per slice: chunks ascending, MMAs j∈{0,2} and {1,3} in two accumulators; then
 // slices 0..3 in order) depends only on k, and an MMA column depends only on its own B column.
 // Launched with programmatic dependent launch (sm_90+): the CTAs are resident before the previous
