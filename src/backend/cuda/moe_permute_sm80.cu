@@ -1,10 +1,11 @@
-// moe_permute_sm80: the stable counting sort of moe_permute_cpu in one CTA, integers only. Thread t
-// owns a contiguous range of experts: pass 1 counts each one's assignments by scanning topk_ids in
-// order, a block-wide exclusive scan (warp shuffles, then the warp totals) gives the offsets, pass 2
-// scans again and places each assignment at the next row of its group — ascending (token, slot)
-// within a group by construction, the same integers as the CPU whatever the launch shape.
-// O(n_tokens·k) reads per expert (broadcast loads of the same id); ids outside [0, n_expert) are
-// skipped (undefined, moe.h).
+// moe_permute_sm80: the stable counting sort of moe_permute_cpu in one CTA, integers only. The
+// counts come from one pass over topk_ids (shared-memory integer atomics, which also stages the ids
+// in shared memory when they fit), a block-wide exclusive scan (warp shuffles, then the warp
+// totals) gives the offsets, and thread t, owning a contiguous range of experts, walks the ids in
+// order and places each assignment of its experts at the next row of the group — ascending (token,
+// slot) within a group by construction, the same integers as the CPU whatever the launch shape.
+// O(n_tokens·k) broadcast reads per expert in the placement; ids outside [0, n_expert) are skipped
+// (undefined, moe.h).
 // Programmatic dependent launch (sm_90+): the CTA becomes resident while moe_route finishes.
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/moe.h"
@@ -43,21 +44,31 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& 
     return warp_sums[warp] + incl - v;
 }
 
-// ids: i32 [n]; counts: i32 [ne]; offsets: i32 [ne + 1]; sorted: i32 [n]; dest: i32 [n]
+// ids: i32 [n]; counts: i32 [ne]; offsets: i32 [ne + 1]; sorted: i32 [n]; dest: i32 [n]. staged:
+// the ids are copied to shared memory once (every pass then reads broadcast shared loads).
 __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
-                                                              int32_t* sorted, int32_t* dest, int n, int ne, int k) {
-    extern __shared__ int32_t base[];  // [ne]: offsets (then the next free row of each expert)
+                                                              int32_t* sorted, int32_t* dest, int n, int ne, int k,
+                                                              bool staged) {
+    extern __shared__ int32_t base[];  // [ne]: counts, then offsets (then the next free row); [n]: ids
     __shared__ int warp_sums[WARPS + 1];
     pdl_wait();
     pdl_trigger();
+    int32_t* sid = base + ne;
+    for (int e = threadIdx.x; e < ne; e += THREADS) base[e] = 0;
+    __syncthreads();
+    // Counts: one pass over the ids, integer shared-memory atomics (exact, order-free).
+    for (int i = threadIdx.x; i < n; i += THREADS) {
+        const int e = __ldg(ids + i);
+        if (staged) sid[i] = e;
+        if (e >= 0 && e < ne) atomicAdd(&base[e], 1);
+    }
+    __syncthreads();
+    const int32_t* src = staged ? sid : ids;
     const int per = (ne + THREADS - 1) / THREADS, e0 = threadIdx.x * per, e1 = min(ne, e0 + per);
     int mine = 0;
     for (int e = e0; e < e1; ++e) {
-        int c = 0;
-        for (int i = 0; i < n; ++i) c += __ldg(ids + i) == e;
-        base[e] = c;
-        counts[e] = c;
-        mine += c;
+        counts[e] = base[e];
+        mine += base[e];
     }
     int tot = 0, run = block_exclusive_scan(mine, warp_sums, tot);
     for (int e = e0; e < e1; ++e) {
@@ -67,10 +78,11 @@ __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids
         run += c;
     }
     if (threadIdx.x == 0) offsets[ne] = tot;
+    // Placement: each thread walks the ids in order for its experts (stable by construction).
     for (int e = e0; e < e1; ++e) {
         int r = base[e];
         for (int i = 0; i < n; ++i)
-            if (__ldg(ids + i) == e) {
+            if (src[i] == e) {
                 sorted[r] = i / k;
                 dest[i] = r++;
             }
@@ -79,12 +91,16 @@ __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids
 
 }  // namespace
 
+// Ids staged in shared memory while offsets + ids fit the default 48 KB.
+constexpr int64_t k_permute_smem = 48 * 1024;
+
 static void moe_permute_launch(backend& be, const moe_permute_args& a) {
     const int64_t n = a.n_tokens * a.k;
-    const size_t smem = size_t(a.n_expert) * sizeof(int32_t);
+    const bool staged = (a.n_expert + n) * int64_t(sizeof(int32_t)) <= k_permute_smem;
+    const size_t smem = size_t(a.n_expert + (staged ? n : 0)) * sizeof(int32_t);
     launch_pdl(be, moe_permute_kernel, dim3(1), dim3(THREADS), smem, a.topk_ids.ptr<const int32_t>(),
                a.expert_counts.ptr<int32_t>(), a.expert_offsets.ptr<int32_t>(), a.sorted_tokens.ptr<int32_t>(),
-               a.dest_rows.ptr<int32_t>(), int(n), int(a.n_expert), int(a.k));
+               a.dest_rows.ptr<int32_t>(), int(n), int(a.n_expert), int(a.k), staged);
 }
 
 static std::string moe_permute_accepts(const moe_permute_args& a) {
