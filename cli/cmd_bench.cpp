@@ -128,7 +128,8 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
     const bool moe = std::any_of(fp.expert_bytes.begin(), fp.expert_bytes.end(), [](int64_t b) { return b > 0; });
     if (moe) {  // weight_bytes counts k experts per layer; a batch reads each distinct one once
         const int64_t k = m.config.n_expert_used;
-        std::map<int, int64_t> distinct = B == 1 ? std::map<int, int64_t>{} : distinct_experts_of_step(m, [&] { decode_step(pos++); });
+        std::map<int, int64_t> distinct;  // batch 1: the token's k experts, no probe step needed
+        if (B > 1) distinct = distinct_experts_of_step(m, [&] { decode_step(pos++); });
         double sum = 0;
         int layers = 0;
         for (size_t il = 0; il < fp.expert_bytes.size(); ++il) {

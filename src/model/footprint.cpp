@@ -15,10 +15,12 @@ int64_t linear_bytes(const linear_weight& l) {
 
 model_footprint decode_footprint(const model_config& c, model_weights& w, int kv_dtype_bytes) {
     model_footprint f;
+    // Adds share_num/share_den of the module's bytes and parameters; returns the module's bytes.
     auto add = [&](const std::string& module, bool dense_ok, int64_t share_num = 1, int64_t share_den = 1) {
         const linear_weight& l = w.linear(module, dense_ok);
         f.weight_bytes += linear_bytes(l) * share_num / share_den;
         f.n_params += l.n_out * l.n_in * share_num / share_den;
+        return linear_bytes(l);
     };
     static const char* const attn[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
     static const char* const mlp[] = {"gate_proj", "up_proj", "down_proj"};
@@ -33,10 +35,8 @@ model_footprint decode_footprint(const model_config& c, model_weights& w, int kv
         // MoE: the router, n_expert_used of the n_expert experts (all experts have the same size, so
         // expert 0 stands for each), and the shared expert with its gate.
         add(p + "mlp.gate", true);
-        for (const char* m : mlp) {
-            add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
-            f.expert_bytes[size_t(il)] += linear_bytes(w.linear(p + "mlp.experts.0." + m, false));
-        }
+        for (const char* m : mlp)
+            f.expert_bytes[size_t(il)] += add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
         if (c.n_ff_shexp > 0) {
             for (const char* m : mlp) add(p + "mlp.shared_expert." + m, false);
             add(p + "mlp.shared_expert_gate", true);
