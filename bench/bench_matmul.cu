@@ -127,13 +127,18 @@ int copies_for(size_t bytes) { return int(std::max<size_t>(1, (size_t(200) << 20
 
 // --pattern: the small-M kernel's weight access pattern alone (each warp streams its 16-row tile's
 // 512-B chunks, `DEPTH` 16-B loads in flight per lane), to separate memory from compute limits.
-template <int DEPTH>
+// LAYOUT 0: tile-major (the packed layout: a tile's chunks contiguous); 1: group-major (the 4-KB
+// groups of every tile for group 0, then group 1, ...); 2: chunk-major (chunk 0 of every tile, ...).
+template <int DEPTH, int LAYOUT = 0>
 __global__ void pattern_kernel(const uint4* codes, long k_chunks, long n_tiles, int chunks_per_split, uint32_t* sink) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     long tile = blockIdx.x * 8L + warp;
     if (tile >= n_tiles) return;
     long c0 = long(blockIdx.y) * chunks_per_split, c1 = c0 + chunks_per_split < k_chunks ? c0 + chunks_per_split : k_chunks;
-    const uint4* base = codes + tile * k_chunks * 32 + lane;
+    auto at = [&](long c) -> long {  // chunk index of (tile, c)
+        return LAYOUT == 0 ? tile * k_chunks + c : LAYOUT == 1 ? ((c >> 3) * n_tiles + tile) * 8 + (c & 7) : c * n_tiles + tile;
+    };
+    const uint4* base = codes + lane;
     uint32_t acc = 0;
     for (long c = c0; c < c1; c += DEPTH) {
         uint4 v[DEPTH];
@@ -141,7 +146,7 @@ __global__ void pattern_kernel(const uint4* codes, long k_chunks, long n_tiles, 
         for (int u = 0; u < DEPTH; ++u)
             if (c + u < c1)
                 asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(base + (c + u) * 32));
+                             : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(base + at(c + u) * 32));
             else v[u] = make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < DEPTH; ++u) acc ^= v[u].x + v[u].y + v[u].z + v[u].w;
@@ -159,6 +164,7 @@ static void run_pattern(int sms, double bw) {
         uint32_t* sink = nullptr;
         CK(cudaMalloc(&sink, 4));
         long rb = (d.n_tiles + 7) / 8;
+        for (int layout : {0, 1, 2})
         for (int splits : {1, 2, 4, 8}) {
             int cps = int((d.k_chunks + splits - 1) / splits);
             for (int depth : {8, 16}) {
@@ -166,13 +172,19 @@ static void run_pattern(int sms, double bw) {
                 double us = median_us([&] {
                     for (int b = 0; b < 10; ++b) {
                         const uint4* p = static_cast<const uint4*>(bufs[size_t(ci++ % copies)]);
-                        if (depth == 8) pattern_kernel<8><<<dim3(unsigned(rb), unsigned(splits)), 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        else pattern_kernel<16><<<dim3(unsigned(rb), unsigned(splits)), 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        const dim3 g{unsigned(rb), unsigned(splits)};
+                        if (layout == 0 && depth == 8) pattern_kernel<8, 0><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        if (layout == 0 && depth == 16) pattern_kernel<16, 0><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        if (layout == 1 && depth == 8) pattern_kernel<8, 1><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        if (layout == 1 && depth == 16) pattern_kernel<16, 1><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        if (layout == 2 && depth == 8) pattern_kernel<8, 2><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        if (layout == 2 && depth == 16) pattern_kernel<16, 2><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
                     }
                 }, 10);
                 double gbs = double(d.codes_bytes) / us / 1e3;
-                std::printf("pattern %ldx%ld splits %d depth %2d: %7.2f us %6.0f GB/s %5.1f %% (CTAs %ld)\n", s.n, s.k,
-                            splits, depth, us, gbs, 100 * gbs / bw, rb * splits);
+                std::printf("pattern %ldx%ld %s splits %d depth %2d: %7.2f us %6.0f GB/s %5.1f %% (CTAs %ld)\n", s.n, s.k,
+                            layout == 0 ? "tile-major " : layout == 1 ? "group-major" : "chunk-major", splits, depth, us, gbs,
+                            100 * gbs / bw, rb * splits);
             }
         }
         for (void* b : bufs) CK(cudaFree(b));

@@ -51,10 +51,8 @@ void check_expert(const backend& b, const linear_weight& w, size_t e, const line
                     op, e, int(w.has_input_scale), double(w.input_global_quant));
 }
 
-}  // namespace
-
-void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
-               const tensor& topk_weights) {
+moe_route_args route_args(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
+                          const tensor& topk_weights) {
     const char* op = "moe_route";
     check_on(be, logits, op, "logits"), check_on(be, topk_ids, op, "topk_ids");
     check_on(be, topk_weights, op, "topk_weights");
@@ -70,11 +68,11 @@ void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const ten
     moe_route_args a;
     a.act = logits.type, a.logits = logits, a.topk_ids = topk_ids, a.topk_weights = topk_weights;
     a.n_tokens = n_tokens, a.n_expert = n_expert, a.k = k, a.norm_topk_prob = norm_topk_prob;
-    run_op(be, op, a, {&logits, &topk_ids, &topk_weights});
+    return a;
 }
 
-void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
-                 const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows) {
+moe_permute_args permute_args(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
+                              const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows) {
     const char* op = "moe_permute";
     for (auto p : {std::make_pair(&topk_ids, "topk_ids"), {&expert_counts, "expert_counts"},
                    {&expert_offsets, "expert_offsets"}, {&sorted_tokens, "sorted_tokens"}, {&dest_rows, "dest_rows"}}) {
@@ -94,7 +92,32 @@ void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const te
     moe_permute_args a;
     a.act = dtype::I32, a.topk_ids = topk_ids, a.expert_counts = expert_counts, a.expert_offsets = expert_offsets;
     a.sorted_tokens = sorted_tokens, a.dest_rows = dest_rows, a.n_tokens = n_tokens, a.n_expert = n_expert, a.k = k;
-    run_op(be, op, a, {&topk_ids, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
+    return a;
+}
+
+}  // namespace
+
+void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
+               const tensor& topk_weights) {
+    moe_route_args a = route_args(be, logits, norm_topk_prob, topk_ids, topk_weights);
+    run_op(be, "moe_route", a, {&logits, &topk_ids, &topk_weights});
+}
+
+void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
+                 const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows) {
+    moe_permute_args a = permute_args(be, topk_ids, n_expert, expert_counts, expert_offsets, sorted_tokens, dest_rows);
+    run_op(be, "moe_permute", a, {&topk_ids, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
+}
+
+void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
+                       const tensor& topk_weights, const tensor& expert_counts, const tensor& expert_offsets,
+                       const tensor& sorted_tokens, const tensor& dest_rows) {
+    moe_route_permute_args a;
+    a.route = route_args(be, logits, norm_topk_prob, topk_ids, topk_weights);
+    a.permute = permute_args(be, topk_ids, logits.dim(1), expert_counts, expert_offsets, sorted_tokens, dest_rows);
+    a.act = logits.type;
+    run_op(be, "moe_route_permute", a,
+           {&logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
 }
 
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,

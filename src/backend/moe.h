@@ -33,6 +33,14 @@ void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const ten
 void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
                  const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows);
 
+// Router and permutation in one op: exactly moe_route(logits → topk_ids, topk_weights) followed by
+// moe_permute(topk_ids → expert_counts, expert_offsets, sorted_tokens, dest_rows), same outputs bit
+// for bit. What it is for: one launch instead of two on the GPU for decode batches (the step's
+// chain of small MoE kernels; docs/moe.md). Shapes as the two ops'.
+void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
+                       const tensor& topk_weights, const tensor& expert_counts, const tensor& expert_offsets,
+                       const tensor& sorted_tokens, const tensor& dest_rows);
+
 // Grouped matmul: for every expert e, out[r] = x[r] · W_eᵀ for the rows r in
 // [expert_offsets[e], expert_offsets[e + 1]), with the dense matmul's semantics per mode (W4A16:
 // weights dequantized exactly; W4A4: activations fake-quantized with expert e's input_global_quant).
@@ -66,6 +74,12 @@ struct moe_permute_args : op_args {
     int64_t n_tokens = 0, n_expert = 0, k = 0;
 };
 
+// "moe_route_permute": the two ops' arguments, validated as theirs (act = the logits' dtype)
+struct moe_route_permute_args : op_args {
+    moe_route_args route;
+    moe_permute_args permute;
+};
+
 // "moe_matmul_dense" | "moe_matmul_nvfp4_w4a16" | "moe_matmul_nvfp4_w4a4"
 struct moe_matmul_args : op_args {
     tensor x, expert_offsets, out;
@@ -80,8 +94,11 @@ struct moe_combine_args : op_args {
 };
 
 namespace cpu {
-// Adds the CPU tables of the four MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.
+// Adds the CPU tables of the MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.
 void register_moe_kernels(kernel_registry& r);
+// The oracles, for the fused op's CPU kernel (moe_route_cpu.cpp, moe_permute_cpu.cpp).
+void moe_route_cpu(backend& be, const moe_route_args& a);
+void moe_permute_cpu(backend& be, const moe_permute_args& a);
 }  // namespace cpu
 
 }  // namespace tetra

@@ -552,6 +552,29 @@ void case_builder::moe_cases() {
         return launch_read(be, launch, g, {&g.expert_counts, &g.expert_offsets, &g.sorted_tokens, &g.dest_rows});
     };
     cases.push_back(p);
+    op_case rp = r;  // the router and the permutation in one op (model/moe.cpp runs this one)
+    rp.op = "moe_route_permute";
+    rp.label = strfmt("moe_route_permute %lld experts top %lld", (long long)ne, (long long)k);
+    rp.what = strfmt("moe_route_permute logits[%lld, %lld] %s (|x| ≤ 4), k %lld%s", (long long)nt, (long long)ne,
+                     dtype_name(a), (long long)k, norm ? ", renormalized" : "");
+    rp.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_route_permute_args g;
+        moe_route_args& q = g.route;
+        q.act = a, q.logits = be.upload(host_random(a, {nt, ne}, 96, 4.0f));
+        q.topk_ids = be.alloc(dtype::I32, {nt, k}), q.topk_weights = be.alloc(dtype::F32, {nt, k});
+        q.n_tokens = nt, q.n_expert = ne, q.k = k, q.norm_topk_prob = norm;
+        moe_permute_args& u = g.permute;
+        u.act = dtype::I32, u.topk_ids = q.topk_ids;
+        u.expert_counts = be.alloc(dtype::I32, {ne}), u.expert_offsets = be.alloc(dtype::I32, {ne + 1});
+        u.sorted_tokens = be.alloc(dtype::I32, {nt * k}), u.dest_rows = be.alloc(dtype::I32, {nt, k});
+        u.n_tokens = nt, u.n_expert = ne, u.k = k;
+        g.act = a;
+        g.align = q.align = u.align = ptr_align({&q.logits, &q.topk_ids, &q.topk_weights, &u.expert_counts,
+                                                 &u.expert_offsets, &u.sorted_tokens, &u.dest_rows});
+        return launch_read(be, launch, g, {&q.topk_ids, &q.topk_weights, &u.expert_counts, &u.expert_offsets,
+                                           &u.sorted_tokens, &u.dest_rows});
+    };
+    cases.push_back(rp);
     op_case m = r;
     m.op = "moe_combine";
     m.label = strfmt("moe_combine n=%lld top %lld%s", (long long)n, (long long)k, shared ? " + shared expert" : "");

@@ -97,8 +97,7 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
     tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), ys = tensor_rows(ys_, 0, rows);
     be_.matmul(h, L.router, logits, mode);
-    moe_route(be_, logits, c_.norm_topk_prob, ids, wts);
-    moe_permute(be_, ids, c_.n_expert, counts_, offsets_, sorted, dest);
+    moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest);
     be_.get_rows(h, sorted, xs);
     if (L.fused_gate_up) {  // one grouped matmul into [rows, gate | up]
         tensor gu = tensor_rows(gu_, 0, rows);

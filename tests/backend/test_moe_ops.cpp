@@ -122,7 +122,28 @@ TEST(moe_ops, route_rejects_bad_shapes) {
     }
 }
 
+namespace {
+
 // Reference: for each expert in order, every (token, slot) routed to it in ascending order.
+void permute_ref(const std::vector<int32_t>& ids, int64_t nt, int64_t ne, int64_t k, std::vector<int32_t>& counts,
+                 std::vector<int32_t>& offsets, std::vector<int32_t>& sorted, std::vector<int32_t>& dest) {
+    counts.clear(), sorted.clear(), offsets = {0}, dest.assign(size_t(nt * k), -1);
+    for (int32_t e = 0; e < ne; ++e) {
+        int32_t c = 0;
+        for (int64_t t = 0; t < nt; ++t)
+            for (int64_t s = 0; s < k; ++s)
+                if (ids[size_t(t * k + s)] == e) {
+                    dest[size_t(t * k + s)] = int32_t(sorted.size());
+                    sorted.push_back(int32_t(t));
+                    ++c;
+                }
+        counts.push_back(c);
+        offsets.push_back(offsets.back() + c);
+    }
+}
+
+}  // namespace
+
 TEST(moe_ops, permute) {
     std::map<std::string, int> ran;
     rng r(102);
@@ -133,19 +154,8 @@ TEST(moe_ops, permute) {
                 std::string vars = "n_expert=" + std::to_string(ne) + " k=" + std::to_string(k) + " n_tokens=" +
                                    std::to_string(nt);
                 std::vector<int32_t> ids = random_assignment(r, nt, ne, k);
-                std::vector<int32_t> counts, offsets = {0}, sorted, dest(size_t(nt * k), -1);
-                for (int32_t e = 0; e < ne; ++e) {
-                    int32_t c = 0;
-                    for (int64_t t = 0; t < nt; ++t)
-                        for (int64_t s = 0; s < k; ++s)
-                            if (ids[size_t(t * k + s)] == e) {
-                                dest[size_t(t * k + s)] = int32_t(sorted.size());
-                                sorted.push_back(int32_t(t));
-                                ++c;
-                            }
-                    counts.push_back(c);
-                    offsets.push_back(offsets.back() + c);
-                }
+                std::vector<int32_t> counts, offsets, sorted, dest;
+                permute_ref(ids, nt, ne, k, counts, offsets, sorted, dest);
                 for_each_kernel("moe_permute", dtype::I32, ran, [&](const kernel_entry& kn) {
                     guarded gc = make_guarded(dtype::I32, {ne}), go = make_guarded(dtype::I32, {ne + 1});
                     guarded gs = make_guarded(dtype::I32, {nt * k}), gd = make_guarded(dtype::I32, {nt, k});
@@ -234,6 +244,44 @@ void random_groups(rng& r, int64_t n_rows, int64_t ne, std::vector<int32_t>* off
 // over K ≤ 80 terms ~1e-14; a bf16 output rounds to 2^-9 relative → 2e-5). Every mode, W4A4
 // included, also bit-identical to the dense matmul kernel of the same family run on that row alone
 // (test_backend_matmul checks those kernels against the spec, W4A4's activation quantizer too).
+
+// moe_route_permute: the router's reference (double) and the permutation of its ids, all six
+// outputs, every kernel entry.
+TEST(moe_ops, route_permute) {
+    std::map<std::string, int> ran;
+    rng r(103);
+    for (dtype at : {dtype::F32, dtype::BF16})
+        for (int64_t ne : {1, 13, 128})
+            for (int64_t k : {1, 2, 8})
+                for (int64_t nt : {1, 7, 40}) {
+                    if (k > ne) continue;
+                    const bool norm = (nt + k) % 2 == 0;
+                    std::string vars = std::string("act=") + dn(at) + " n_expert=" + std::to_string(ne) + " k=" +
+                                       std::to_string(k) + " norm=" + std::to_string(norm) + " n_tokens=" + std::to_string(nt);
+                    std::vector<double> lv;
+                    for (int64_t i = 0; i < nt * ne; ++i) lv.push_back(double(r.randint(-16, 16)) / 8);
+                    tensor logits = make_tensor(at, {nt, ne}, lv);
+                    route_ref_t ref = route_ref(lv, nt, ne, k, norm);
+                    std::vector<int32_t> counts, offsets, sorted, dest;
+                    permute_ref(ref.ids, nt, ne, k, counts, offsets, sorted, dest);
+                    for_each_kernel("moe_route_permute", at, ran, [&](const kernel_entry& kn) {
+                        guarded ids = make_guarded(dtype::I32, {nt, k}), w = make_guarded(dtype::F32, {nt, k});
+                        guarded gc = make_guarded(dtype::I32, {ne}), go = make_guarded(dtype::I32, {ne + 1});
+                        guarded gs = make_guarded(dtype::I32, {nt * k}), gd = make_guarded(dtype::I32, {nt, k});
+                        moe_route_permute(cpu_be(), logits, norm, ids.view, w.view, gc.view, go.view, gs.view, gd.view);
+                        EXPECT_TRUE(ids.intact() && w.intact() && gc.intact() && go.intact() && gs.intact() && gd.intact())
+                            << kn.name << " " << vars;
+                        EXPECT_EQ(to_i32(ids.view), ref.ids) << kn.name << " " << vars;
+                        EXPECT_EQ(compare(to_double(w.view), ref.w, 1e-12), "") << kn.name << " " << vars;
+                        EXPECT_EQ(to_i32(gc.view), counts) << kn.name << " " << vars;
+                        EXPECT_EQ(to_i32(go.view), offsets) << kn.name << " " << vars;
+                        EXPECT_EQ(to_i32(gs.view), sorted) << kn.name << " " << vars;
+                        EXPECT_EQ(to_i32(gd.view), dest) << kn.name << " " << vars;
+                    });
+                }
+    expect_all_ran("moe_route_permute", ran, 30);
+}
+
 TEST(moe_ops, matmul_grouped) {
     std::map<std::string, int> ran;
     rng r(103);

@@ -271,7 +271,7 @@ TEST(qwen3_moe, selftest_covers_moe_ops_and_excludes_a_wrong_kernel) {
     std::set<std::string> ops;
     for (const selftest_result& r : rep.results)
         if (r.passed) ops.insert(r.op);
-    for (const char* op : {"moe_route", "moe_permute", "moe_combine", "moe_matmul_dense"})
+    for (const char* op : {"moe_route", "moe_permute", "moe_route_permute", "moe_combine", "moe_matmul_dense"})
         EXPECT_TRUE(ops.count(op)) << op << " not self-tested";
     bool fused_silu = false;  // the experts' fused gate/up output (silu_mul on the halves of each row)
     const std::string fused_what = "silu_mul gate_up[3, " + std::to_string(2 * c.n_ff_exp) + "]";

@@ -12,7 +12,7 @@ namespace cpu {
 
 // topk_ids: i32 [n_tokens, k]; expert_counts: i32 [n_expert]; expert_offsets: i32 [n_expert + 1];
 // sorted_tokens: i32 [n_tokens·k]; dest_rows: i32 [n_tokens, k]
-static void moe_permute_cpu(backend&, const moe_permute_args& a) {
+void moe_permute_cpu(backend&, const moe_permute_args& a) {
     const int64_t n = a.n_tokens * a.k, ne = a.n_expert;
     const int32_t* ids = a.topk_ids.ptr<int32_t>();
     int32_t* counts = a.expert_counts.ptr<int32_t>();

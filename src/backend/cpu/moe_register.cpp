@@ -6,12 +6,14 @@ namespace cpu {
 
 void register_moe_route(kernel_registry& r);    // moe_route_cpu.cpp
 void register_moe_permute(kernel_registry& r);  // moe_permute_cpu.cpp
+void register_moe_route_permute(kernel_registry& r);  // moe_route_permute_cpu.cpp
 void register_moe_matmul(kernel_registry& r);   // moe_matmul_dense_cpu.cpp (all six entries)
 void register_moe_combine(kernel_registry& r);  // moe_combine_cpu.cpp
 
 void register_moe_kernels(kernel_registry& r) {
     register_moe_route(r);
     register_moe_permute(r);
+    register_moe_route_permute(r);
     register_moe_matmul(r);
     register_moe_combine(r);
 }

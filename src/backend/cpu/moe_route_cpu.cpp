@@ -18,7 +18,7 @@ namespace cpu {
 static float route_exp(float d) { return std::isnan(d) ? d + d : sampler_exp(d); }
 
 // logits: [n_tokens, n_expert] act; topk_ids: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k]
-static void moe_route_cpu(backend&, const moe_route_args& a) {
+void moe_route_cpu(backend&, const moe_route_args& a) {
     const int64_t ne = a.n_expert, k = a.k;
     parallel_for_grain(a.n_tokens, 8, [&](int64_t t0, int64_t t1) {
         std::vector<float> p(static_cast<size_t>(ne));

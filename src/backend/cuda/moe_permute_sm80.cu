@@ -7,7 +7,10 @@
 // O(n_tokens·k) broadcast reads per expert in the placement; ids outside [0, n_expert) are skipped
 // (undefined, moe.h).
 // Programmatic dependent launch (sm_90+): the CTA becomes resident while moe_route finishes.
+// moe_route_permute_sm80 (same file): for decode batches the router (moe_route_device.cuh) and this
+// permutation in one CTA, the ids passed in shared memory; larger calls run the two kernels.
 #include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/moe_route_device.cuh"
 #include "backend/moe.h"
 
 namespace tetra {
@@ -44,26 +47,23 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& 
     return warp_sums[warp] + incl - v;
 }
 
-// ids: i32 [n]; counts: i32 [ne]; offsets: i32 [ne + 1]; sorted: i32 [n]; dest: i32 [n]. staged:
-// the ids are copied to shared memory once (every pass then reads broadcast shared loads).
-__global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
-                                                              int32_t* sorted, int32_t* dest, int n, int ne, int k,
-                                                              bool staged) {
-    extern __shared__ int32_t base[];  // [ne]: counts, then offsets (then the next free row); [n]: ids
-    __shared__ int warp_sums[WARPS + 1];
-    pdl_wait();
-    pdl_trigger();
-    int32_t* sid = base + ne;
+// The permutation by the whole CTA (THREADS threads). ids: i32 [n] in global memory; counts: i32
+// [ne]; offsets: i32 [ne + 1]; sorted: i32 [n]; dest: i32 [n]; base: shared [ne]; sid: shared [n].
+// staged: the ids are copied to sid once (every pass then reads broadcast shared loads); in_smem:
+// they are in sid already (the fused router wrote them), ids is not read.
+__device__ __forceinline__ void permute_block(const int32_t* ids, int32_t* counts, int32_t* offsets, int32_t* sorted,
+                                              int32_t* dest, int n, int ne, int k, bool staged, bool in_smem,
+                                              int32_t* base, int32_t* sid, int* warp_sums) {
     for (int e = threadIdx.x; e < ne; e += THREADS) base[e] = 0;
     __syncthreads();
     // Counts: one pass over the ids, integer shared-memory atomics (exact, order-free).
     for (int i = threadIdx.x; i < n; i += THREADS) {
-        const int e = __ldg(ids + i);
-        if (staged) sid[i] = e;
+        const int e = in_smem ? sid[i] : __ldg(ids + i);
+        if (staged && !in_smem) sid[i] = e;
         if (e >= 0 && e < ne) atomicAdd(&base[e], 1);
     }
     __syncthreads();
-    const int32_t* src = staged ? sid : ids;
+    const int32_t* src = staged || in_smem ? sid : ids;
     const int per = (ne + THREADS - 1) / THREADS, e0 = threadIdx.x * per, e1 = min(ne, e0 + per);
     int mine = 0;
     for (int e = e0; e < e1; ++e) {
@@ -89,6 +89,37 @@ __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids
     }
 }
 
+__global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
+                                                              int32_t* sorted, int32_t* dest, int n, int ne, int k,
+                                                              bool staged) {
+    extern __shared__ int32_t base[];  // [ne]: counts, then offsets (then the next free row); [n]: ids
+    __shared__ int warp_sums[WARPS + 1];
+    pdl_wait();
+    pdl_trigger();
+    permute_block(ids, counts, offsets, sorted, dest, n, ne, k, staged, false, base, base + ne, warp_sums);
+}
+
+// The router and the permutation in one CTA (moe_route_permute, decode batches): warp t routes
+// token t (route::route_token, as moe_route_kernel) and leaves its ids in shared memory, then the
+// CTA permutes them (permute_block). Shared memory: [n_tokens][words] router scratch, [ne] base,
+// [n_tokens·k] ids.
+template <class T, int EPL>
+__global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __restrict__ logits, int32_t* ids,
+                                                                    float* __restrict__ w, int32_t* counts,
+                                                                    int32_t* offsets, int32_t* sorted, int32_t* dest,
+                                                                    int n_tokens, int ne, int k, bool renorm, int words) {
+    extern __shared__ __align__(16) float smem[];
+    __shared__ int warp_sums[WARPS + 1];
+    int32_t* base = reinterpret_cast<int32_t*>(smem + size_t(n_tokens) * size_t(words));
+    int32_t* sid = base + ne;
+    pdl_wait();
+    pdl_trigger();
+    const int warp = threadIdx.x >> 5;
+    if (warp < n_tokens) route::route_token<T, EPL>(logits, ids, w, warp, ne, k, renorm, smem + size_t(warp) * size_t(words), sid);
+    __syncthreads();  // permute_block's first loop does not touch sid, its barrier follows
+    permute_block(ids, counts, offsets, sorted, dest, n_tokens * k, ne, k, false, true, base, sid, warp_sums);
+}
+
 }  // namespace
 
 // Ids staged in shared memory while offsets + ids fit the default 48 KB.
@@ -108,10 +139,58 @@ static std::string moe_permute_accepts(const moe_permute_args& a) {
     return "";
 }
 
+void moe_route_launch(backend& be, const moe_route_args& a);  // moe_route_sm80.cu
+std::string moe_route_accepts(const moe_route_args& a);
+
+// The fused kernel's shared memory, or 0 when the call is not for it: ≤ WARPS tokens (one warp
+// each), ≤ 256 experts (8 per lane) and scratch + offsets + ids within the default 48 KB.
+static size_t route_permute_smem(const moe_route_permute_args& a) {
+    const moe_route_args& r = a.route;
+    if (r.n_tokens < 1 || r.n_tokens > WARPS || r.n_expert > 256) return 0;
+    int words = 0;
+    route::with_epl(r.n_expert, [&](auto epl) { words = route::route_words(int(r.n_expert), int(r.k), decltype(epl)::value); });
+    const size_t smem = (size_t(r.n_tokens) * size_t(words) + size_t(r.n_expert + r.n_tokens * r.k)) * 4;
+    return smem <= size_t(k_permute_smem) ? smem : 0;
+}
+
+// One launch for decode batches (route_permute_smem); otherwise the two kernels one after the other.
+static void moe_route_permute_launch(backend& be, const moe_route_permute_args& a) {
+    const size_t smem = route_permute_smem(a);
+    if (smem == 0) {
+        moe_route_launch(be, a.route);
+        moe_permute_launch(be, a.permute);
+        return;
+    }
+    const moe_route_args& r = a.route;
+    const moe_permute_args& p = a.permute;
+    dispatch_act(r.act, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        route::with_epl(r.n_expert, [&](auto epl) {
+            constexpr int EPL = decltype(epl)::value;
+            if constexpr (EPL <= 8) {
+                const int words = route::route_words(int(r.n_expert), int(r.k), EPL);
+                launch_pdl(be, moe_route_permute_kernel<T, EPL>, dim3(1), dim3(THREADS), smem, r.logits.ptr<const T>(),
+                           r.topk_ids.ptr<int32_t>(), r.topk_weights.ptr<float>(), p.expert_counts.ptr<int32_t>(),
+                           p.expert_offsets.ptr<int32_t>(), p.sorted_tokens.ptr<int32_t>(), p.dest_rows.ptr<int32_t>(),
+                           int(r.n_tokens), int(r.n_expert), int(r.k), r.norm_topk_prob, words);
+            }
+        });
+    });
+}
+
+static std::string moe_route_permute_accepts(const moe_route_permute_args& a) {
+    std::string why = moe_route_accepts(a.route);
+    if (why.empty()) why = moe_permute_accepts(a.permute);
+    return why;
+}
+
 void register_moe_permute_sm80(kernel_registry& r) {
     kernel_req req = cuda_req(80, {dtype::I32});
     r.add(make_kernel<moe_permute_args>("moe_permute", "moe_permute_sm80", req, 10, moe_permute_accepts,
                                         moe_permute_launch));
+    r.add(make_kernel<moe_route_permute_args>("moe_route_permute", "moe_route_permute_sm80",
+                                              cuda_req(80, {dtype::F32, dtype::BF16, dtype::F16}), 10,
+                                              moe_route_permute_accepts, moe_route_permute_launch));
 }
 
 }  // namespace cuda

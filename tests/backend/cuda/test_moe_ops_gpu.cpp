@@ -88,6 +88,24 @@ void expect_route_equal(const tensor& logits, int64_t k, bool norm, const std::s
     EXPECT_TRUE(ok1 && ok2) << "guard bytes overwritten: " << vars;
     EXPECT_EQ(to_i32(ids), to_i32(ids_c)) << vars;
     EXPECT_EQ(same_f32(w, w_c), "") << vars;
+    // moe_route_permute on the GPU (one CTA for ≤ 16 tokens of ≤ 256 experts, else the two kernels)
+    // against moe_route_cpu then moe_permute_cpu: all six outputs bit-equal.
+    const int64_t ne = logits.dim(1);
+    tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
+    tensor cs = tensor::alloc(dtype::I32, {nt * k}), cd = tensor::alloc(dtype::I32, {nt, k});
+    moe_permute(cpu_be(), ids_c, ne, cc, co, cs, cd);
+    gpu_guarded fi = make_gpu_guarded(dtype::I32, {nt, k}), fw = make_gpu_guarded(dtype::F32, {nt, k});
+    gpu_guarded fc = make_gpu_guarded(dtype::I32, {ne}), fo = make_gpu_guarded(dtype::I32, {ne + 1});
+    gpu_guarded fs = make_gpu_guarded(dtype::I32, {nt * k}), fd = make_gpu_guarded(dtype::I32, {nt, k});
+    moe_route_permute(gpu_be(), to_gpu(logits), norm, fi.view, fw.view, fc.view, fo.view, fs.view, fd.view);
+    bool ok[6];
+    EXPECT_EQ(to_i32(fi.result(&ok[0])), to_i32(ids_c)) << "fused " << vars;
+    EXPECT_EQ(same_f32(fw.result(&ok[1]), w_c), "") << "fused " << vars;
+    EXPECT_EQ(to_i32(fc.result(&ok[2])), to_i32(cc)) << "fused " << vars;
+    EXPECT_EQ(to_i32(fo.result(&ok[3])), to_i32(co)) << "fused " << vars;
+    EXPECT_EQ(to_i32(fs.result(&ok[4])), to_i32(cs)) << "fused " << vars;
+    EXPECT_EQ(to_i32(fd.result(&ok[5])), to_i32(cd)) << "fused " << vars;
+    EXPECT_TRUE(ok[0] && ok[1] && ok[2] && ok[3] && ok[4] && ok[5]) << "fused: guard bytes overwritten: " << vars;
 }
 
 }  // namespace
