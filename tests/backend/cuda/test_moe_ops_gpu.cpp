@@ -508,7 +508,7 @@ TEST(moe_ops_gpu, combine_equals_cpu_bitwise) {
 
 namespace {
 
-// The routed MoE FFN on the GPU (route → permute → gather → gate/up → silu·up → down → combine) for
+// The routed MoE FFN on the GPU (route + permute → gather → gate/up → silu·up → down → combine) for
 // tokens x [T, K] with router logits [T, ne]: the output's bytes.
 struct gpu_moe_block {
     int64_t ne = 128, k = 8, n_embd = 528, n_ff = 208;  // k crosses a 512-group; n not a multiple of 128
@@ -528,8 +528,8 @@ struct gpu_moe_block {
         tensor xs = be.alloc(dtype::BF16, {rows, n_embd}), g = be.alloc(dtype::BF16, {rows, n_ff});
         tensor u = be.alloc(dtype::BF16, {rows, n_ff}), ys = be.alloc(dtype::BF16, {rows, n_embd});
         tensor out = be.alloc(dtype::BF16, {t, n_embd});
-        moe_route(be, logits, true, ids, w);
-        moe_permute(be, ids, ne, counts, offsets, sorted, dest);
+        // as model/moe.cpp: one op (a token alone takes the one-CTA kernel, the batch of 64 the two kernels)
+        moe_route_permute(be, logits, true, ids, w, counts, offsets, sorted, dest);
         be.get_rows(x, sorted, xs);
         moe_matmul(be, xs, gate, offsets, g);
         moe_matmul(be, xs, up, offsets, u);
