@@ -49,5 +49,10 @@ const moe_expert_ptrs* moe_expert_table(const std::vector<W>& experts, cudaStrea
 // (w4a16_sm80_weight_why_not on the first and the last expert), else why not.
 std::string moe_w4a16_experts_why_not(const moe_matmul_args& a);
 
+// The grouped mma kernel's warps per weight tile (1, 2 or 4) for n_rows rows over n_expert experts
+// of an [n, k] weight on a device of sm_count SMs (moe_matmul_nvfp4_w4a16_mma_sm80.cu, ks_for):
+// for the test that every split gives the same bits.
+int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count);
+
 }  // namespace cuda
 }  // namespace tetra

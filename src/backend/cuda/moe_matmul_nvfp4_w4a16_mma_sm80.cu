@@ -4,11 +4,13 @@
 // for all the rows of a pass. Grid (tile pairs, work items): a work item is (expert, pass of 8·NT
 // rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
 // j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit).
-// 8 warps = 2 tiles × 4 k-slices: within each 512-k group warp slice s takes chunks s and s+4,
+// 8 warps = 8/KS tiles × KS k-slices (KS 1, 2 or 4 per call: ks_for); with 4 slices, within each
+// 512-k group warp slice s takes chunks s and s+4,
 // codes and scales stream through a per-warp cp.async ring 8 chunks deep, x through a shared
 // k-window (the first window's x before the weights). Deterministic by construction: an
-// element's sum order (per slice: chunks ascending, MMAs j∈{0,2} and {1,3} in two accumulators; then
-// slices 0..3 in order) depends only on k, and an MMA column depends only on its own B column.
+// element's sum order (per virtual slice c % 4: chunks ascending, MMAs j∈{0,2} and {1,3} in two
+// accumulators; then slices 0..3 in order) depends only on k, whatever KS, and an MMA column
+// depends only on its own B column.
 // Launched with programmatic dependent launch (sm_90+): the CTAs are resident before the previous
 // kernel (the gather, silu_mul) ends; everything they read depends on it, so they wait first.
 #include "backend/cuda/cuda_device.cuh"
@@ -24,15 +26,22 @@ namespace {
 
 using namespace w4a16;
 
-constexpr int KS = 4;                          // warps splitting a tile's k: chunk ci of a group → warp ci % KS
-constexpr int WT = 2;                          // weight tiles (16 rows) per CTA
-constexpr int WARPS = KS * WT, THREADS = WARPS * 32;
-constexpr int CPG = GROUP_CHUNKS / KS;         // chunks per group per warp (steps per group)
+constexpr int WARPS = 8, THREADS = WARPS * 32;
 constexpr int DEPTH = 8;                       // code ring slots per warp (DEPTH / CPG groups ahead)
-constexpr int SQ = DEPTH / CPG + 1;            // scale ring slots per warp (one group more: see fetch)
 constexpr int X_PAD = 8;                       // bf16 per smem x row: staggers rows across banks
 constexpr int RING_BYTES = WARPS * DEPTH * 32 * 16;
-constexpr int SCALE_BYTES = WARPS * SQ * 32 * 8;
+// The CTA's split of its 8 warps: KS warps share a tile's k (chunk ci of a group → warp ci % KS),
+// so a CTA covers WT = 8 / KS tiles. KS = 4 (2 tiles) for long k, KS = 1 (8 tiles, one warp each)
+// for short k, where 4 slices would give each warp only a few chunks (ks_for).
+template <int KS> struct split {
+    static constexpr int WT = WARPS / KS;              // weight tiles (16 rows) per CTA
+    static constexpr int CPG = GROUP_CHUNKS / KS;      // chunks per group per warp (steps per group)
+    static constexpr int SQ = DEPTH / CPG + 1;         // scale ring slots per warp (one group more: see fetch)
+    static constexpr int SW = KS == 4 ? 2 : 4;         // scale words per slot: the lane's words of its chunks
+    static constexpr int SCALE_BYTES = WARPS * SQ * 32 * SW * 4;
+};
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int SCALE_BYTES_MAX = cmax(split<4>::SCALE_BYTES, cmax(split<2>::SCALE_BYTES, split<1>::SCALE_BYTES));
 constexpr int X_BUDGET_MAX = 96 * 1024;        // x window bytes at most (2 CTAs per SM on H100 at NT = 4)
 constexpr unsigned FULL = 0xffffffffu;
 
@@ -129,10 +138,13 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 }
 
 // grid (ceil(n_tiles / WT), work items); dynamic smem: code rings | scale rings | x window.
-template <int NT>
+template <int NT, int KS>
 __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     extern __shared__ uint4 smem_raw[];
-    constexpr int RB = 8 * NT;
+    constexpr int RB = 8 * NT, WT = split<KS>::WT, CPG = split<KS>::CPG, SQ = split<KS>::SQ, SW = split<KS>::SW;
+    constexpr int VS = 4 / KS;  // virtual k-slices per warp (see acc)
+    static_assert(VS * 2 * NT <= 8, "accumulators: KS = 1 only with NT = 1, KS = 2 with NT ≤ 2");
+    constexpr int SCALE_BYTES = split<KS>::SCALE_BYTES;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ks = warp % KS, tile = blockIdx.x * WT + warp / KS;
     int e, r0, nr;
@@ -148,15 +160,16 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     uint8_t* sm = reinterpret_cast<uint8_t*>(smem_raw);
     const uint4* ring = reinterpret_cast<const uint4*>(sm) + warp * DEPTH * 32 + lane;  // slot i at ring[32 i]
     const uint32_t ring_sa = smem_addr(ring);
-    const uint2* sring = reinterpret_cast<const uint2*>(sm + RING_BYTES) + warp * SQ * 32 + lane;
+    const uint32_t* sring = reinterpret_cast<const uint32_t*>(sm + RING_BYTES) + (warp * SQ * 32 + lane) * SW;
     const uint32_t sring_sa = smem_addr(sring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(sm + RING_BYTES + SCALE_BYTES);
     const int stride = p.win_groups * GROUP_K + X_PAD;
 
     const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(active ? tile : 0) * p.k_chunks * 32 + lane;
-    // Words ks/2 and ks/2 + 2 of the lane's 16 scale bytes: chunks ks and ks + 4 (half ks & 1).
-    const uint32_t* scales =
-        static_cast<const uint32_t*>(ex.b) + (size_t(active ? tile : 0) * p.k_groups * 32 + lane) * 4 + (ks >> 1);
+    // KS = 4: words ks/2 and ks/2 + 2 of the lane's 16 scale bytes, chunks ks and ks + 4 (half ks & 1);
+    // otherwise all four words (chunk c: word (c % 8) / 2, half c & 1).
+    const uint32_t* scales = static_cast<const uint32_t*>(ex.b) + (size_t(active ? tile : 0) * p.k_groups * 32 + lane) * 4 +
+                             (KS == 4 ? (ks >> 1) : 0);
     // Step s = (group s / CPG, chunk ks + KS·(s % CPG)) into code slot s % DEPTH; the first step of
     // a group also brings its scales into scale slot group % SQ. Issued DEPTH steps ahead, so the
     // scales of group G arrive in the commit group of step (G − DEPTH/CPG)·CPG, which SQ = DEPTH/CPG
@@ -167,9 +180,13 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
         if (c < p.k_chunks) cp_async16(ring_sa + (s % DEPTH) * 512, codes + size_t(c) * 32, 16);
         if (i == 0) {
             const uint32_t* sc = scales + size_t(grp) * 32 * 4;
-            const uint32_t dst = sring_sa + (grp % SQ) * 256;
-            cp_async4(dst, sc);
-            cp_async4(dst + 4, sc + 2);
+            const uint32_t dst = sring_sa + (grp % SQ) * 32 * SW * 4;
+            if (KS == 4) {
+                cp_async4(dst, sc);
+                cp_async4(dst + 4, sc + 2);
+            } else {
+                cp_async16(dst, sc, 16);
+            }
         }
     };
     // x of the first window in the oldest commit group, then the first DEPTH steps: compute starts
@@ -182,14 +199,18 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
         cp_async_commit();
     }
 
-    float acc[2][NT][4];
+    // Virtual slices: chunk c of a group always accumulates in slice c % 4 (this warp holds VS of
+    // them: slices ks, ks + KS, …), so the per-element order is the same for every KS.
+    float acc[VS][2][NT][4];
     int xoff[NT];
 #pragma unroll
     for (int u = 0; u < NT; ++u) xoff[u] = (8 * u + g < nr ? 8 * u + g : 0) * stride;
 #pragma unroll
-    for (int a = 0; a < 2; ++a)
+    for (int l = 0; l < VS; ++l)
 #pragma unroll
-        for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int u = 0; u < NT; ++u) acc[l][a][u][0] = acc[l][a][u][1] = acc[l][a][u][2] = acc[l][a][u][3] = 0.0f;
 
     // x in windows of win_groups groups (one window when it fits: every decode shape). A later
     // window's boundary waits for every copy in flight (codes DEPTH steps ahead included).
@@ -204,28 +225,35 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
             asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH) : "memory");  // x landed; the steps may not have
         }
         __syncthreads();
-        for (int s = g0 * CPG; s < g1 * CPG; ++s) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");  // step s landed
-            const int grp = s / CPG, i = s % CPG, c = grp * GROUP_CHUNKS + ks + KS * i;
-            if (active && c < p.k_chunks) {
-                const uint4 q = ring[32 * (s % DEPTH)];
-                const uint2 sw = sring[32 * (grp % SQ)];
-                const __nv_bfloat16* xk = xs + (c - g0 * GROUP_CHUNKS) * CHUNK_K + 16 * t;
-                compute_chunk<NT>(q, (i ? sw.y : sw.x) >> (16 * (ks & 1)), xk, xoff, nu, acc);
+        for (int grp = g0; grp < g1; ++grp) {
+#pragma unroll
+            for (int i = 0; i < CPG; ++i) {  // step s = grp·CPG + i: chunk c, virtual slice c % 4 = ks + KS·(i % VS)
+                const int s = grp * CPG + i, c = grp * GROUP_CHUNKS + ks + KS * i;
+                asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");  // step s landed
+                if (active && c < p.k_chunks) {
+                    const uint4 q = ring[32 * (s % DEPTH)];
+                    const uint32_t* sw = sring + 32 * SW * (grp % SQ);
+                    const uint32_t two = KS == 4 ? sw[i] >> (16 * (ks & 1)) : sw[(c & 7) >> 1] >> (16 * (c & 1));
+                    const __nv_bfloat16* xk = xs + (c - g0 * GROUP_CHUNKS) * CHUNK_K + 16 * t;
+                    compute_chunk<NT>(q, two, xk, xoff, nu, acc[i % VS]);
+                }
+                fetch(s + DEPTH);  // into the slot just read
+                cp_async_commit();
             }
-            fetch(s + DEPTH);  // into the slot just read
-            cp_async_commit();
         }
     }
     cp_async_wait_all();
 
-    // Slices summed in order 0..KS-1 through shared memory (the rings are free now).
+    // Virtual slices summed in order 0..3 through shared memory (the rings are free now).
     __syncthreads();
-    float* red = reinterpret_cast<float*>(sm);  // [WARPS][NT·4][32]
+    float* red = reinterpret_cast<float*>(sm) + (warp / KS) * 4 * NT * 4 * 32;  // this tile's [4 slices][NT·4][32]
 #pragma unroll
-    for (int u = 0; u < NT; ++u)
+    for (int l = 0; l < VS; ++l)
 #pragma unroll
-        for (int v = 0; v < 4; ++v) red[(warp * NT * 4 + u * 4 + v) * 32 + lane] = acc[0][u][v] + acc[1][u][v];
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v)
+                red[((ks + KS * l) * NT * 4 + u * 4 + v) * 32 + lane] = acc[l][0][u][v] + acc[l][1][u][v];
     __syncthreads();
     if (ks != 0 || !active) return;
 #pragma unroll
@@ -233,9 +261,9 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
         if (u >= nu) break;
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-            float sum = red[(warp * NT * 4 + u * 4 + v) * 32 + lane];
+            float sum = red[(u * 4 + v) * 32 + lane];
 #pragma unroll
-            for (int s = 1; s < KS; ++s) sum += red[((warp + s) * NT * 4 + u * 4 + v) * 32 + lane];
+            for (int sl = 1; sl < 4; ++sl) sum += red[(sl * NT * 4 + u * 4 + v) * 32 + lane];
             const int row = tile * 16 + g + 8 * (v >> 1), m = 8 * u + 2 * t + (v & 1);
             if (row < p.n && m < nr) p.out[size_t(r0 + m) * p.n + row] = __float2bfloat16_rn(sum * ex.alpha);
         }
@@ -257,12 +285,28 @@ int64_t items_for(int64_t n_rows, int64_t ne, int nt) {
 }
 
 int x_budget(const device_info& dev) {
-    return int(std::min<int64_t>(X_BUDGET_MAX, dev.smem_per_block - RING_BYTES - SCALE_BYTES));
+    return int(std::min<int64_t>(X_BUDGET_MAX, dev.smem_per_block - RING_BYTES - SCALE_BYTES_MAX));
 }
 
-template <int NT>
+// Warps per tile (KS): the fewest (longest k runs per warp, more bytes per CTA) that still give the
+// grid ≥ 1.5 CTAs per SM; 4 when none does. KS = 1 only at NT = 1 and 2 at NT ≤ 2 (a warp holds 4 / KS
+// virtual slices of accumulators). The choice may depend on the batch: every KS sums each element in
+// the same order (virtual slices), so a row's bits do not. Measured on Qwen3-30B-A3B (H100,
+// docs/moe.md): batch 1 picks 4 for gate/up (96 × 8 items at KS 1 is under one CTA per SM) and 2 for
+// down; batch ≥ 8 and prefill pick 1.
+int ks_for(int64_t n_tiles, int64_t items, int nt, int sm_count) {
+    for (int ks : {1, 2}) {
+        if ((ks == 1 && nt > 1) || (ks == 2 && nt > 2)) continue;
+        const int64_t wt = WARPS / ks, ctas = (n_tiles + wt - 1) / wt * items;
+        if (2 * ctas >= 3 * int64_t(std::max(1, sm_count))) return ks;
+    }
+    return 4;
+}
+
+template <int NT, int KS>
 void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s, bool pdl) {
-    auto kern = moe_w4a16_mma_kernel<NT>;
+    constexpr int WT = split<KS>::WT, SCALE_BYTES = split<KS>::SCALE_BYTES;
+    auto kern = moe_w4a16_mma_kernel<NT, KS>;
     static bool attr_set = false;  // per instance; the attribute is per function
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -292,9 +336,13 @@ void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
     const int64_t items = items_for(a.n_rows, int64_t(ex.size()), nt);
     const int budget = x_budget(be.device());
     const bool pdl = pdl_enabled(be);
-    if (nt == 1) launch_nt<1>(p, d, items, budget, s, pdl);
-    else if (nt == 2) launch_nt<2>(p, d, items, budget, s, pdl);
-    else launch_nt<4>(p, d, items, budget, s, pdl);
+    const int ks = ks_for(d.n_tiles, items, nt, be.device().sm_count);
+    if (nt == 1 && ks == 1) launch_nt<1, 1>(p, d, items, budget, s, pdl);
+    else if (nt == 1 && ks == 2) launch_nt<1, 2>(p, d, items, budget, s, pdl);
+    else if (nt == 1) launch_nt<1, 4>(p, d, items, budget, s, pdl);
+    else if (nt == 2 && ks == 2) launch_nt<2, 2>(p, d, items, budget, s, pdl);
+    else if (nt == 2) launch_nt<2, 4>(p, d, items, budget, s, pdl);
+    else launch_nt<4, 4>(p, d, items, budget, s, pdl);
 }
 
 // As the CUDA-core kernel's accepts: bf16, int-sized shapes, the experts in the sm80 packed layout
@@ -310,12 +358,17 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
 
 }  // namespace
 
+int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count) {
+    const int nt = nt_for(n_rows, n_expert);
+    return ks_for(w4a16_sm80_dims_of(n, k).n_tiles, items_for(n_rows, n_expert, nt), nt, sm_count);
+}
+
 // Priority 20: above the CUDA-core moe_matmul_nvfp4_w4a16_sm80 (10), kept as the fallback and the
 // cross-check (TETRA_KERNEL=moe_matmul_nvfp4_w4a16:moe_matmul_nvfp4_w4a16_sm80).
 void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r) {
     kernel_req req = cuda_req(80, {dtype::BF16});
     req.align = 16;
-    req.smem = RING_BYTES + SCALE_BYTES + 8 * (GROUP_K + X_PAD) * 2;  // the x window of NT = 1, one group
+    req.smem = RING_BYTES + SCALE_BYTES_MAX + 8 * (GROUP_K + X_PAD) * 2;  // the x window of NT = 1, one group
     r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80", req, 20,
                                        moe_w4a16_mma_accepts, moe_w4a16_mma_launch));
 }

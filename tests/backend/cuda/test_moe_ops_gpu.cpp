@@ -12,6 +12,7 @@
 #include <map>
 
 #include "backend/cuda/gpu_harness.h"
+#include "backend/cuda/moe_expert_table_sm80.h"
 #include "backend/moe.h"
 
 using namespace tetra;
@@ -472,6 +473,40 @@ TEST(moe_ops_gpu, matmul_w4a16_row_alone_equals_row_in_batch) {
         ++n_kernels;
     }
     EXPECT_EQ(n_kernels, 3) << "expected the mma and the CUDA-core W4A16 MoE kernels (bf16), the CUDA-core one (f32)";
+}
+
+// The mma kernel splits a tile's k over 1, 2 or 4 warps depending on the call's grid (ks_for), and
+// every split must give the same bits: rows over 128 experts (two each: 1 warp per tile), one row on
+// each of ~3·SMs/32 experts (2 warps), one row alone (4 warps), the same rows compared bitwise.
+TEST(moe_ops_gpu, matmul_w4a16_mma_k_splits_agree) {
+    rng r(307);
+    const int64_t ne = 128, n = 1024, k = 1040;  // 64 tiles; k crosses two 512-groups and a partial one
+    const int sms = gpu_be().device().sm_count;
+    const int64_t few = std::min<int64_t>(ne, (3 * sms + 31) / 32);
+    std::vector<linear_weight> dev = prepare_all(random_experts(r, ne, n, k, true));
+    tensor x = random_tensor(r, dtype::BF16, {2 * ne, k});  // row 2e and 2e + 1 on expert e
+    force_kernel fk("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80");
+    auto run = [&](const tensor& xs, const std::vector<int32_t>& off) {
+        tensor o = gpu_be().alloc(dtype::BF16, {xs.dim(0), n});
+        moe_matmul(gpu_be(), to_gpu(xs), dev, to_gpu(i32_tensor(off)), o, matmul_mode::W4A16);
+        return bytes_of(to_host(o));
+    };
+    std::vector<int32_t> off_all(size_t(ne + 1)), off_few(size_t(ne + 1)), off_one(size_t(ne + 1), 1);
+    for (int64_t e = 0; e <= ne; ++e) off_all[size_t(e)] = int32_t(2 * e), off_few[size_t(e)] = int32_t(std::min(e, few));
+    off_one[0] = 0;
+    tensor x_few = tensor::alloc(dtype::BF16, {few, k});
+    for (int64_t i = 0; i < few; ++i) std::memcpy(static_cast<uint8_t*>(x_few.data) + i * k * 2, static_cast<uint8_t*>(x.data) + 2 * i * k * 2, size_t(k * 2));
+    EXPECT_EQ(cuda::moe_w4a16_mma_ks(n, k, 2 * ne, ne, sms), 1);
+    EXPECT_EQ(cuda::moe_w4a16_mma_ks(n, k, few, ne, sms), 2);
+    EXPECT_EQ(cuda::moe_w4a16_mma_ks(n, k, 1, ne, sms), 4);
+    std::vector<uint8_t> all = run(x, off_all), some = run(x_few, off_few), one = run(row_of(x, 0), off_one);
+    const size_t rb = size_t(n) * 2;
+    int nonzero = 0;
+    for (uint8_t b : all) nonzero += b != 0;
+    EXPECT_GT(nonzero, int(all.size() / 2));
+    for (int64_t i = 0; i < few; ++i)
+        EXPECT_EQ(std::memcmp(some.data() + size_t(i) * rb, all.data() + size_t(2 * i) * rb, rb), 0) << "row " << 2 * i << ": 2 vs 1 warps per tile";
+    EXPECT_EQ(std::memcmp(one.data(), all.data(), rb), 0) << "row 0: 4 vs 1 warps per tile";
 }
 
 // Same inputs → the same bits: y rows gathered through dest, f32 weights, optional shared expert
