@@ -1,7 +1,7 @@
 // moe_matmul_nvfp4_w4a16_mma_sm80: the grouped W4A16 matmul on mma.sync m16n8k16 (sm_80+), swap-AB
 // as the dense small-M kernel (matmul_nvfp4_w4a16_sm80.cu): 16 weight rows of one expert are the A
 // operand, up to 8·NT of that expert's permuted rows the B operand, so each weight tile is read once
-// for all the rows of a pass. Grid (tile pairs, work items): a work item is (expert, pass of 8·NT
+// for all the rows of a pass. Grid (groups of 8/KS tiles, work items): a work item is (expert, pass of 8·NT
 // rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
 // j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit).
 // 8 warps = 8/KS tiles × KS k-slices (KS 1, 2 or 4 per call: ks_for); with 4 slices, within each
@@ -31,8 +31,7 @@ constexpr int DEPTH = 8;                       // code ring slots per warp (DEPT
 constexpr int X_PAD = 8;                       // bf16 per smem x row: staggers rows across banks
 constexpr int RING_BYTES = WARPS * DEPTH * 32 * 16;
 // The CTA's split of its 8 warps: KS warps share a tile's k (chunk ci of a group → warp ci % KS),
-// so a CTA covers WT = 8 / KS tiles. KS = 4 (2 tiles) for long k, KS = 1 (8 tiles, one warp each)
-// for short k, where 4 slices would give each warp only a few chunks (ks_for).
+// so a CTA covers WT = 8 / KS tiles; chosen per call from the grid size (ks_for).
 template <int KS> struct split {
     static constexpr int WT = WARPS / KS;              // weight tiles (16 rows) per CTA
     static constexpr int CPG = GROUP_CHUNKS / KS;      // chunks per group per warp (steps per group)
