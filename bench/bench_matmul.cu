@@ -155,6 +155,10 @@ __global__ void pattern_kernel(const uint4* codes, long k_chunks, long n_tiles, 
 }
 
 static void run_pattern(int sms, double bw) {
+    using pattern_fn = void (*)(const uint4*, long, long, int, uint32_t*);
+    const pattern_fn kernels[3][2] = {{pattern_kernel<8, 0>, pattern_kernel<16, 0>},  // [layout][depth 8 / 16]
+                                      {pattern_kernel<8, 1>, pattern_kernel<16, 1>},
+                                      {pattern_kernel<8, 2>, pattern_kernel<16, 2>}};
     struct nk { long n, k; };
     for (nk s : {nk{4096, 4096}, nk{28672, 4096}, nk{4096, 14336}}) {
         cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(s.n, s.k);
@@ -172,13 +176,8 @@ static void run_pattern(int sms, double bw) {
                 double us = median_us([&] {
                     for (int b = 0; b < 10; ++b) {
                         const uint4* p = static_cast<const uint4*>(bufs[size_t(ci++ % copies)]);
-                        const dim3 g{unsigned(rb), unsigned(splits)};
-                        if (layout == 0 && depth == 8) pattern_kernel<8, 0><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        if (layout == 0 && depth == 16) pattern_kernel<16, 0><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        if (layout == 1 && depth == 8) pattern_kernel<8, 1><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        if (layout == 1 && depth == 16) pattern_kernel<16, 1><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        if (layout == 2 && depth == 8) pattern_kernel<8, 2><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        if (layout == 2 && depth == 16) pattern_kernel<16, 2><<<g, 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        kernels[layout][depth == 16]<<<dim3(unsigned(rb), unsigned(splits)), 256>>>(p, d.k_chunks, d.n_tiles,
+                                                                                                     cps, sink);
                     }
                 }, 10);
                 double gbs = double(d.codes_bytes) / us / 1e3;

@@ -135,8 +135,8 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         for (size_t il = 0; il < fp.expert_bytes.size(); ++il) {
             if (fp.expert_bytes[il] == 0) continue;
             auto it = distinct.find(int(il));
-            const int64_t d = it == distinct.end() ? k : it->second;
             TETRA_CHECK(B == 1 || it != distinct.end(), "bench: MoE layer %zu gave no routing (tap moe_ids)", il);
+            const int64_t d = it == distinct.end() ? k : it->second;
             r.bytes_per_step += double(d - k) * double(fp.expert_bytes[il]);
             sum += double(d), ++layers;
         }

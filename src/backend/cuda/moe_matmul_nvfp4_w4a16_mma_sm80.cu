@@ -5,9 +5,8 @@
 // rows), found on the device from expert_offsets (no host sync; the grid is sized by the host bound
 // j + (rows − j) / (8·NT) with j = min(n_expert, rows): k items for one token; surplus CTAs exit).
 // 8 warps = 8/KS tiles × KS k-slices (KS 1, 2 or 4 per call: ks_for); with 4 slices, within each
-// 512-k group warp slice s takes chunks s and s+4,
-// codes and scales stream through a per-warp cp.async ring 8 chunks deep, x through a shared
-// k-window (the first window's x before the weights). Deterministic by construction: an
+// 512-k group warp slice s takes chunks s and s+4. Codes and scales stream through a per-warp
+// cp.async ring 8 chunks deep, x through a shared k-window (the first window's x before the weights). Deterministic by construction: an
 // element's sum order (per virtual slice c % 4: chunks ascending, MMAs j∈{0,2} and {1,3} in two
 // accumulators; then slices 0..3 in order) depends only on k, whatever KS, and an MMA column
 // depends only on its own B column.
@@ -302,6 +301,18 @@ int ks_for(int64_t n_tiles, int64_t items, int nt, int sm_count) {
     return 4;
 }
 
+// A call's shape: rows per pass (NT), the grid's work items, warps per tile (KS).
+struct mma_plan {
+    int nt;
+    int64_t items;
+    int ks;
+};
+mma_plan plan_of(int64_t n_tiles, int64_t n_rows, int64_t n_expert, int sm_count) {
+    const int nt = nt_for(n_rows, n_expert);
+    const int64_t items = items_for(n_rows, n_expert, nt);
+    return {nt, items, ks_for(n_tiles, items, nt, sm_count)};
+}
+
 template <int NT, int KS>
 void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s, bool pdl) {
     constexpr int WT = split<KS>::WT, SCALE_BYTES = split<KS>::SCALE_BYTES;
@@ -331,11 +342,11 @@ void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
     p.offsets = a.expert_offsets.ptr<const int32_t>(), p.table = table;
     p.ne = int(ex.size()), p.n = int(a.n), p.k = int(a.k);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups), p.win_groups = 1;
-    const int nt = nt_for(a.n_rows, int64_t(ex.size()));
-    const int64_t items = items_for(a.n_rows, int64_t(ex.size()), nt);
+    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(ex.size()), be.device().sm_count);
+    const int nt = pl.nt, ks = pl.ks;
+    const int64_t items = pl.items;
     const int budget = x_budget(be.device());
     const bool pdl = pdl_enabled(be);
-    const int ks = ks_for(d.n_tiles, items, nt, be.device().sm_count);
     if (nt == 1 && ks == 1) launch_nt<1, 1>(p, d, items, budget, s, pdl);
     else if (nt == 1 && ks == 2) launch_nt<1, 2>(p, d, items, budget, s, pdl);
     else if (nt == 1) launch_nt<1, 4>(p, d, items, budget, s, pdl);
@@ -358,8 +369,7 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
 }  // namespace
 
 int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count) {
-    const int nt = nt_for(n_rows, n_expert);
-    return ks_for(w4a16_sm80_dims_of(n, k).n_tiles, items_for(n_rows, n_expert, nt), nt, sm_count);
+    return plan_of(w4a16_sm80_dims_of(n, k).n_tiles, n_rows, n_expert, sm_count).ks;
 }
 
 // Priority 20: above the CUDA-core moe_matmul_nvfp4_w4a16_sm80 (10), kept as the fallback and the

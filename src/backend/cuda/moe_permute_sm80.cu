@@ -142,39 +142,31 @@ static std::string moe_permute_accepts(const moe_permute_args& a) {
 void moe_route_launch(backend& be, const moe_route_args& a);  // moe_route_sm80.cu
 std::string moe_route_accepts(const moe_route_args& a);
 
-// The fused kernel's shared memory, or 0 when the call is not for it: ≤ WARPS tokens (one warp
-// each), ≤ 256 experts (8 per lane) and scratch + offsets + ids within the default 48 KB.
-static size_t route_permute_smem(const moe_route_permute_args& a) {
-    const moe_route_args& r = a.route;
-    if (r.n_tokens < 1 || r.n_tokens > WARPS || r.n_expert > 256) return 0;
-    int words = 0;
-    route::with_epl(r.n_expert, [&](auto epl) { words = route::route_words(int(r.n_expert), int(r.k), decltype(epl)::value); });
-    const size_t smem = (size_t(r.n_tokens) * size_t(words) + size_t(r.n_expert + r.n_tokens * r.k)) * 4;
-    return smem <= size_t(k_permute_smem) ? smem : 0;
-}
-
-// One launch for decode batches (route_permute_smem); otherwise the two kernels one after the other.
+// One launch for decode batches: ≤ WARPS tokens (one warp each), ≤ 256 experts (8 per lane) and
+// router scratch + offsets + ids within the default 48 KB; otherwise the two kernels one after the
+// other.
 static void moe_route_permute_launch(backend& be, const moe_route_permute_args& a) {
-    const size_t smem = route_permute_smem(a);
-    if (smem == 0) {
-        moe_route_launch(be, a.route);
-        moe_permute_launch(be, a.permute);
-        return;
-    }
     const moe_route_args& r = a.route;
     const moe_permute_args& p = a.permute;
-    dispatch_act(r.act, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        route::with_epl(r.n_expert, [&](auto epl) {
-            constexpr int EPL = decltype(epl)::value;
-            if constexpr (EPL <= 8) {
-                const int words = route::route_words(int(r.n_expert), int(r.k), EPL);
-                launch_pdl(be, moe_route_permute_kernel<T, EPL>, dim3(1), dim3(THREADS), smem, r.logits.ptr<const T>(),
-                           r.topk_ids.ptr<int32_t>(), r.topk_weights.ptr<float>(), p.expert_counts.ptr<int32_t>(),
-                           p.expert_offsets.ptr<int32_t>(), p.sorted_tokens.ptr<int32_t>(), p.dest_rows.ptr<int32_t>(),
-                           int(r.n_tokens), int(r.n_expert), int(r.k), r.norm_topk_prob, words);
+    route::with_epl(r.n_expert, [&](auto epl) {
+        constexpr int EPL = decltype(epl)::value;
+        const int words = route::route_words(int(r.n_expert), int(r.k), EPL);
+        const size_t smem = (size_t(r.n_tokens) * size_t(words) + size_t(r.n_expert + r.n_tokens * r.k)) * 4;
+        if constexpr (EPL <= 8) {
+            if (r.n_tokens >= 1 && r.n_tokens <= WARPS && smem <= size_t(k_permute_smem)) {
+                dispatch_act(r.act, [&](auto tag) {
+                    using T = typename decltype(tag)::type;
+                    launch_pdl(be, moe_route_permute_kernel<T, EPL>, dim3(1), dim3(THREADS), smem,
+                               r.logits.ptr<const T>(), r.topk_ids.ptr<int32_t>(), r.topk_weights.ptr<float>(),
+                               p.expert_counts.ptr<int32_t>(), p.expert_offsets.ptr<int32_t>(),
+                               p.sorted_tokens.ptr<int32_t>(), p.dest_rows.ptr<int32_t>(), int(r.n_tokens),
+                               int(r.n_expert), int(r.k), r.norm_topk_prob, words);
+                });
+                return;
             }
-        });
+        }
+        moe_route_launch(be, r);
+        moe_permute_launch(be, p);
     });
 }
 
