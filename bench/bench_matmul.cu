@@ -414,6 +414,11 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
             };
             for (const small_variant& v : small_variants())
                 if (m == 1 || m == 16 || v.cfg.ctas_per_sm == 0) row(v.name, nullptr, &v.cfg);
+            if (b.n % 32 == 0) {  // matmul_silu: the stacked [gate; up] weight, silu in the epilogue
+                cuda::w4a16_small_config silu;
+                silu.version = 1, silu.silu_n_ff = b.n / 2;
+                row("v1 matmul_silu", nullptr, &silu);
+            }
             if (cuda::w4a16_gemv_fits(m, b.k)) row("gemv default", &gemv_default, nullptr);
         }
     }

@@ -426,6 +426,34 @@ void backend::silu_mul_gate_up(const tensor& gate_up, const tensor& out) {
     run_op(*this, op, a, {&gate_up, &out});
 }
 
+void backend::matmul_silu(const tensor& x, const linear_weight& gate_up, const tensor& gu, const tensor& out,
+                          matmul_mode mode) {
+    const char* op = "matmul_silu";
+    mode = resolve_mode(*this, gate_up, mode);
+    check_on(*this, x, op, "x"), check_on(*this, gu, op, "gu"), check_on(*this, out, op, "out");
+    check_rank(x, 2, op, "x"), check_act(x, op, "x"), check_dtype(gu, x.type, op, "gu"), check_dtype(out, x.type, op, "out");
+    TETRA_CHECK(x.dim(1) == gate_up.n_in, "%s: x %s has K = %lld; the gate_up weight expects n_in = %lld", op,
+                x.shape_str().c_str(), (long long)x.dim(1), (long long)gate_up.n_in);
+    TETRA_CHECK(gate_up.n_out % 2 == 0 && gate_up.n_out > 0,
+                "%s: the gate_up weight has %lld rows; expected an even number (the stacked gate and up halves)", op,
+                (long long)gate_up.n_out);
+    const int64_t n_ff = gate_up.n_out / 2;
+    check_shape(gu, {x.dim(0), gate_up.n_out}, op, "gu"), check_shape(out, {x.dim(0), n_ff}, op, "out");
+    check_linear(*this, gate_up, mode);
+    const auto apart = [](const tensor& a, const tensor& b) {
+        const uint8_t *a0 = static_cast<const uint8_t*>(a.data), *b0 = static_cast<const uint8_t*>(b.data);
+        return a.numel() == 0 || b.numel() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
+    };
+    TETRA_CHECK(apart(out, gu) && apart(out, x) && apart(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
+    matmul_silu_args a;
+    a.act = x.type, a.mode = mode, a.n_ff = n_ff, a.out = out;
+    a.mm.act = x.type, a.mm.x = x, a.mm.out = gu, a.mm.w = &gate_up;
+    a.mm.m = x.dim(0), a.mm.n = gate_up.n_out, a.mm.k = gate_up.n_in;
+    const tensor& wt = mode == matmul_mode::DENSE ? gate_up.dense : gate_up.codes;
+    a.mm.align = op_checks::ptr_align({&x, &gu, &wt});
+    run_op(*this, op, a, {&x, &gu, &out, &wt});
+}
+
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {
     const char* op = "add";
     check_elementwise(*this, x, y, out, op, "a", "b");

@@ -168,6 +168,12 @@ class backend {
     // element computed exactly as silu_mul computes it (no split copy needed).
     // gate_up: [n_rows, 2·n_ff] act; out: [n_rows, n_ff] act (must not overlap gate_up)
     void silu_mul_gate_up(const tensor& gate_up, const tensor& out);
+    // matmul(x, gate_up, gu, mode) then silu_mul_gate_up(gu, out) as one op ("matmul_silu"): a
+    // kernel may fuse the two (the CUDA W4A16 decode kernel does, without writing gu); the result is
+    // the two-step result. gate_up: the stacked [gate; up] weight [2·n_ff, K]; x: [M, K] act;
+    // gu: [M, 2·n_ff] act scratch; out: [M, n_ff] act (must not overlap gu or x)
+    void matmul_silu(const tensor& x, const linear_weight& gate_up, const tensor& gu, const tensor& out,
+                     matmul_mode mode = matmul_mode::AUTO);
     // out = a + b (out may alias a or b).  a, b, out: same shape, act
     void add(const tensor& a, const tensor& b, const tensor& out);
     // out[r] = index of the max of x[r, :] (first on ties; a NaN counts as the max, as torch).

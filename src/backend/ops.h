@@ -56,6 +56,17 @@ struct silu_mul_args : op_args {
     int64_t n_ff = 0;
 };
 
+// "matmul_silu": the gate/up stage of an MLP as one op. mm is the matmul of x by the stacked
+// [gate; up] weight ([2·n_ff, K]) into mm.out = gu [M, 2·n_ff] act (scratch: only the two-step
+// kernels write it); out: [M, n_ff] act = silu_mul_gate_up(gu), i.e. out[r, j] = silu(gu[r, j]) ·
+// gu[r, n_ff + j] with gu rounded to act as matmul stores it. mode: the resolved matmul mode.
+struct matmul_silu_args : op_args {
+    matmul_args mm;
+    tensor out;
+    matmul_mode mode = matmul_mode::W4A16;
+    int64_t n_ff = 0;
+};
+
 // "add". a, b, out: same shape act (flattened: numel)
 struct add_args : op_args { tensor a, b, out; };
 

@@ -18,6 +18,7 @@
 #include "backend/sampling.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/layers.h"
 #include "model/model.h"
 
 namespace tetra {
@@ -360,6 +361,7 @@ struct case_builder {
     }
 
     void matmul_cases();
+    void matmul_silu_case();  // the fused gate/up + silu of the first dense layer (model/mlp.cpp)
     void quantize_case(const linear_weight& lw, const std::string& module);
     void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
     void moe_matmul_case(const std::string& proj, int il);
@@ -665,6 +667,76 @@ tensor host_random(dtype t, std::vector<int64_t> shape, uint64_t seed, float sca
     return h;
 }
 
+// matmul_silu on the first dense layer's stacked [gate; up] weight, as the forward runs it when
+// the pair stacks (model/mlp.cpp): sizes (M, n) use gate and up rows [0, n) each. Only out is
+// compared: gu is scratch the fused kernels do not write.
+void case_builder::matmul_silu_case() {
+    int il = 0;
+    while (il < int(c.n_layer) && c.is_moe_layer(il)) ++il;
+    if (il == int(c.n_layer)) return;
+    const std::string p = "model.layers." + std::to_string(il) + ".mlp.";
+    const linear_weight& g = w.linear(p + "gate_proj"), &u = w.linear(p + "up_proj");
+    if (!stack_rows({&g, &u})) return;  // the forward runs matmul + silu_mul (their own cases)
+    const int64_t n_ff = g.n_out;
+    const std::string op = "matmul_silu";
+    matmul_mode md = mode == matmul_mode::AUTO ? (g.kind == linear_kind::DENSE  ? matmul_mode::DENSE
+                                                  : g.has_input_scale         ? matmul_mode::W4A4
+                                                                              : matmul_mode::W4A16)
+                                               : mode;
+    op_case k;
+    k.op = op;
+    k.label = strfmt("matmul_silu %s 2x%lldx%lld", g.kind == linear_kind::DENSE ? "dense" : "nvfp4", (long long)n_ff,
+                     (long long)g.n_in);
+    k.classes = "mlp.gate_proj + mlp.up_proj";
+    k.tol = tolerance(op, act);
+    int64_t n_small = std::min<int64_t>(n_ff, 32), m_small = std::min<int64_t>(3, max_tokens);
+    std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, n_ff}};
+    for (int64_t m : {int64_t(16), int64_t(64), max_tokens})
+        if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, n_ff});
+    k.n_sizes = int(sizes.size());
+    for (auto& sz : sizes)
+        k.size_strs.push_back(strfmt("matmul_silu (layer %d gate/up rows [0, %lld)): M=%lld n_ff=%lld K=%lld %s", il,
+                                     (long long)sz.second, (long long)sz.first, (long long)sz.second,
+                                     (long long)g.n_in, dtype_name(act)));
+    k.what = k.size_strs[0];
+    float xs = g.has_input_scale && g.input_global_quant > 0 ? 384.0f / g.input_global_quant : 1.0f;
+    dtype a = act;
+    linear_weight hg = g, hu = u;
+    auto args_of = [=](const linear_weight* w2, int64_t m, int64_t n) {
+        matmul_silu_args r;
+        r.act = a, r.mode = md, r.n_ff = n;
+        r.mm.act = a, r.mm.w = w2, r.mm.m = m, r.mm.n = 2 * n, r.mm.k = hg.n_in;
+        return r;
+    };
+    k.run = [=](backend& be, int size, const launch_fn& launch) {
+        int64_t m = sizes[size_t(size)].first, n = sizes[size_t(size)].second;
+        linear_weight lg = linear_rows(hg, n), lu = linear_rows(hu, n);
+        linear_weight pw = be.prepare_linear(*stack_rows({&lg, &lu}));
+        matmul_silu_args r = args_of(&pw, m, n);
+        r.mm.x = be.upload(host_random(a, {m, hg.n_in}, 73, xs));
+        r.mm.out = be.alloc(a, {m, 2 * n}), r.out = be.alloc(a, {m, n});
+        const tensor& wt = pw.kind == linear_kind::DENSE ? pw.dense : pw.codes;
+        r.mm.align = ptr_align({&r.mm.x, &r.mm.out, &wt});
+        r.align = ptr_align({&r.mm.x, &r.mm.out, &r.out, &wt});
+        return launch_read(be, launch, r, {&r.out});
+    };
+    auto prepared = std::make_shared<std::unique_ptr<linear_weight>>();
+    k.probe = [=](backend& be, int64_t m, const launch_fn& select) {
+        if (!*prepared) *prepared = std::make_unique<linear_weight>(be.prepare_linear(*stack_rows({&hg, &hu})));
+        const linear_weight& pw = **prepared;
+        matmul_silu_args r = args_of(&pw, m, n_ff);
+        r.mm.x.type = r.mm.out.type = r.out.type = a;
+        r.mm.x.shape = {m, hg.n_in}, r.mm.out.shape = {m, 2 * n_ff}, r.out.shape = {m, n_ff};
+        r.mm.x.device = r.mm.out.device = r.out.device = be.device().kind;
+        r.mm.align = r.align = ptr_align({pw.kind == linear_kind::DENSE ? &pw.dense : &pw.codes});
+        select(r);
+    };
+    for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
+        if (m <= max_tokens) k.probe_m.push_back(m);
+    if (max_tokens > 64) k.probe_m.push_back(max_tokens);
+    cases.push_back(k);
+}
+
 std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype act, const selftest_options& o) {
     case_builder b{c, w, act, std::max<int64_t>(1, o.max_tokens), o.mode, {}};
     b.get_rows_cases();
@@ -672,6 +744,7 @@ std::vector<op_case> build_cases(const model_config& c, model_weights& w, dtype 
     if (c.qk_norm) b.norm_case("rms_norm", "model.layers.0.self_attn.q_norm.weight", c.head_dim, 2);
     b.norm_case("add_rms_norm", "model.layers.0.post_attention_layernorm.weight", c.n_embd, 3);
     b.matmul_cases();
+    b.matmul_silu_case();
     b.rope_case();
     b.kv_cases();
     b.qkv_rope_store_case();

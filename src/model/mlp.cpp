@@ -24,8 +24,7 @@ gate_up_weights load_gate_up_weights(model_weights& w, backend& be, const std::s
 void gate_up_silu(backend& be, const gate_up_weights& w, const tensor& h, const tensor& gu, const tensor& up,
                   const tensor& out, matmul_mode mode) {
     if (w.fused) {
-        be.matmul(h, w.gate_up, gu, mode);
-        be.silu_mul_gate_up(gu, out);
+        be.matmul_silu(h, w.gate_up, gu, out, mode);  // one kernel where the backend fuses them
     } else {
         be.matmul(h, w.gate, out, mode);
         be.matmul(h, w.up, up, mode);

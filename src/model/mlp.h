@@ -23,8 +23,9 @@ struct gate_up_weights {
 gate_up_weights load_gate_up_weights(model_weights& w, backend& be, const std::string& prefix, int64_t n_ff,
                                      int64_t n_embd, bool fuse);
 
-// out = silu(h · gateᵀ) · (h · upᵀ), [n, n_ff]. Fused: one matmul into gu [n, 2·n_ff], then
-// silu_mul_gate_up; else gate into out, up into `up` [n, n_ff], then silu_mul (in place on out).
+// out = silu(h · gateᵀ) · (h · upᵀ), [n, n_ff]. Fused: backend::matmul_silu (the matmul into gu
+// [n, 2·n_ff] and silu_mul_gate_up, one kernel on the CUDA decode path); else gate into out, up
+// into `up` [n, n_ff], then silu_mul (in place on out).
 void gate_up_silu(backend& be, const gate_up_weights& w, const tensor& h, const tensor& gu, const tensor& up,
                   const tensor& out, matmul_mode mode);
 

@@ -292,3 +292,46 @@ TEST(backend_ops, matmul_mode_errors) {
     q.w.scales = tensor::view(dtype::F32, {4, 2}, q.scales.data());
     EXPECT_EQ(err([&] { cpu_be().matmul(x, q.w, out.view); }), "matmul: 'w.scales' has dtype f32; expected e4m3");
 }
+
+// matmul_silu (the fused gate/up stage): on the CPU, out = silu(gate) · up of the matmul into gu,
+// against the double reference of both halves (silu applied in double to the bf16/f32-rounded
+// matmul values as stored in gu: the op's definition); the wrapper's shape and overlap errors.
+TEST(backend_ops, matmul_silu) {
+    rng r(27);
+    for (dtype xt : {dtype::F32, dtype::BF16})
+        for (int64_t m : {1, 3, 9})
+            for (int64_t n_ff : {1, 16, 40}) {
+                const int64_t k = 80;
+                std::string vars = std::string("x=") + dn(xt) + " M=" + std::to_string(m) + " n_ff=" + std::to_string(n_ff);
+                tensor x = random_tensor(r, xt, {m, k});
+                nvfp4_w q = random_nvfp4(r, 2 * n_ff, k, 0.0123f);
+                tensor gu = tensor::alloc(xt, {m, 2 * n_ff}), out = tensor::alloc(xt, {m, n_ff});
+                cpu_be().matmul_silu(x, q.w, gu, out, matmul_mode::W4A16);
+                // gu is the matmul (checked against the reference), out the silu of its stored halves
+                auto xv = to_double(x), wv = dequant_ref(q), g = to_double(gu), o = to_double(out);
+                EXPECT_EQ(compare(g, matmul_ref(xv, wv, m, 2 * n_ff, k), xt == dtype::F32 ? 1e-10 : 1e-4), "") << vars;
+                std::vector<double> want(size_t(m * n_ff));
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n_ff; ++j) {
+                        double a = g[size_t(i * 2 * n_ff + j)], b = g[size_t(i * 2 * n_ff + n_ff + j)];
+                        want[size_t(i * n_ff + j)] = a / (1.0 + std::exp(-a)) * b;
+                    }
+                EXPECT_EQ(compare(o, want, xt == dtype::F32 ? 1e-10 : 1e-4), "") << vars;
+            }
+    auto err = [&](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    tensor x = random_tensor(r, dtype::F32, {2, 32});
+    nvfp4_w odd = random_nvfp4(r, 5, 32, 1.0f), q = random_nvfp4(r, 8, 32, 1.0f);
+    tensor gu = tensor::alloc(dtype::F32, {2, 8}), out = tensor::alloc(dtype::F32, {2, 4});
+    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, odd.w, gu, out); }).find("expected an even number"), std::string::npos);
+    tensor bad = tensor::alloc(dtype::F32, {2, 5});
+    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, q.w, gu, bad); }).find("'out'"), std::string::npos);
+    tensor gu_front = tensor_reshape(tensor_rows(tensor_reshape(gu, {16}), 0, 8), {2, 4});
+    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, q.w, gu, gu_front); }).find("must not overlap"), std::string::npos);
+}

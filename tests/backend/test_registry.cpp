@@ -212,7 +212,7 @@ TEST(registry, launch_calls_the_selected_kernel) {
 TEST(registry, cpu_tables) {
     kernel_registry& r = kernel_registry::instance();
     const char* interface_ops[] = {"get_rows", "rms_norm", "add_rms_norm", "rope", "kv_store", "attention",
-                                   "matmul_dense", "matmul_nvfp4_w4a16", "matmul_nvfp4_w4a4", "silu_mul", "add",
+                                   "matmul_dense", "matmul_nvfp4_w4a16", "matmul_nvfp4_w4a4", "silu_mul", "matmul_silu", "add",
                                    "argmax", "cast"};
     std::vector<std::string> ops = r.ops();
     for (const char* op : interface_ops)

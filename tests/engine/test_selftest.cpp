@@ -84,9 +84,13 @@ TEST_F(selftest, synthetic_model_passes_with_the_real_kernels) {
         EXPECT_EQ(res.passed, res.kernel.rfind("faulty_", 0) != 0) << res.kernel << ": " << res.error << " " << res.what;
     for (const auto& m : r.excluded) EXPECT_TRUE(has(m, "kernel faulty_")) << m;
     // Ops the forward uses: get_rows x2, rms_norm, add_rms_norm, 5 linear shapes, rope, kv_store,
-    // qkv_rope_store (the fused stage), attention x2, silu_mul; the engine's sample_rows and
-    // sample_guard_stats.
-    EXPECT_EQ(r.chosen.size(), 17u);
+    // matmul_silu (the fused gate/up stage), qkv_rope_store (the fused stage), attention x2,
+    // silu_mul; the engine's sample_rows and sample_guard_stats.
+    EXPECT_EQ(r.chosen.size(), 18u);
+    const selftest_choice* ms = choice_of(r, "matmul_silu nvfp4 2x512x256");
+    ASSERT_NE(ms, nullptr);
+    EXPECT_EQ(ms->kernel, "matmul_silu_cpu");
+    EXPECT_EQ(ms->classes, "mlp.gate_proj + mlp.up_proj");
     const selftest_choice* sr = choice_of(r, "sample_rows vocab=1024");
     ASSERT_NE(sr, nullptr);
     EXPECT_EQ(sr->kernel, "sample_rows_cpu");

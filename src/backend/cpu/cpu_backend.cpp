@@ -27,6 +27,7 @@ void register_kernels(kernel_registry& r) {
     register_matmul_nvfp4_w4a16(r);
     register_matmul_nvfp4_w4a4(r);
     register_silu_mul(r);
+    register_matmul_silu(r);
     register_add(r);
     register_argmax(r);
     register_cast(r);

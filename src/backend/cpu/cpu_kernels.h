@@ -24,6 +24,7 @@ void register_matmul_dense(kernel_registry& r);
 void register_matmul_nvfp4_w4a16(kernel_registry& r);
 void register_matmul_nvfp4_w4a4(kernel_registry& r);
 void register_silu_mul(kernel_registry& r);
+void register_matmul_silu(kernel_registry& r);  // matmul_silu_cpu.cpp
 void register_add(kernel_registry& r);
 void register_argmax(kernel_registry& r);
 void register_cast(kernel_registry& r);

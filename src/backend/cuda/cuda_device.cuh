@@ -25,6 +25,15 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
+// silu(gate) · up = gate / (1 + exp(−gate)) · up in f32 (expf, not __expf: the CPU oracle uses
+// std::exp), rounded once to T: silu_mul_sm80's element and the fused matmul_silu epilogue's, so the
+// fused and two-step results are the same bits.
+template <class T>
+__device__ __forceinline__ T silu_times(T gate, T up) {
+    float g = to_f32(gate);
+    return from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up));
+}
+
 // 8 bf16 (16 bytes) → f32, two shift/mask ops per pair (bf16 is the high half of an f32).
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& q, float (&f)[8]) {
     const uint32_t u[4] = {q.x, q.y, q.z, q.w};

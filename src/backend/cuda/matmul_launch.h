@@ -21,6 +21,7 @@ namespace cuda {
 // ---- backend glue ----------------------------------------------------------------------------
 // Registry entries (called from register_matmul in matmul_register.cpp).
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
+void register_matmul_silu_sm80(kernel_registry& r);  // "matmul_silu": fused W4A16 + two-step
 void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r);  // m ≤ 8, same prepared weight
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 void register_matmul_dense_bf16_gemv_sm80(kernel_registry& r);  // small (router) weights, PDL
@@ -88,6 +89,9 @@ struct w4a16_small_config {
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
     int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
                            // before the previous kernel ends; the kernels wait before reading x)
+    int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1 only; n = 2·silu_n_ff, silu_n_ff % 16 == 0):
+                           // out is [m, silu_n_ff] = silu(x·gateᵀ) · (x·upᵀ), each half rounded to
+                           // bf16 first (the two-step bits when the plain matmul runs version 1)
 };
 
 // The version the default config runs for 1 ≤ m ≤ W4A16_RUN_M_MAX on an [n, k] weight (1 or 2).

@@ -7,7 +7,9 @@
 // shape: v1 (row block × split-K over 512-k groups) and v2 (equal runs of (row block, group) units
 // over one wave); split row blocks are reduced in a fixed order by the last CTA (integer counter;
 // no float atomics). 17..64 rows: v1. M > 64: matmul_nvfp4_w4a16_large_sm80.cu (dequant +
-// cuBLASLt). Measurements and what limits it: docs/perf.md.
+// cuBLASLt). Also "matmul_silu" (the fused gate/up stage, m ≤ 64): version 1 with gate and up
+// tiles paired in one CTA and silu(gate) · up in the epilogue (docs/cuda-backend.md). Measurements
+// and what limits it: docs/perf.md.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -73,6 +75,8 @@ struct small_params {
     int m, n, k, n_tiles, k_chunks, k_groups, gps, splits;
     int units, len, early;   // version 2: (row block, group) units, units per run (CTA), early signal
     float alpha;             // scale_global · 2^8
+    int n_ff;                // matmul_silu (version 1, SILU instances): n = 2·n_ff stacked [gate; up]
+                             // rows, out [m, n_ff] = silu(gate) · up
 };
 
 // Accumulator sets per n8 tile: two (even/odd chunks) break the dependent HMMA chain where the
@@ -175,13 +179,62 @@ __device__ __forceinline__ void group_step(const small_params& p, const uint4* r
     }
 }
 
+// Rows n, m0 .. m0 + 3 of the split-K partials summed over the splits in order 0..splits−1 (loads
+// issued 8 splits at a time so the L2 round trips overlap).
+__device__ __forceinline__ float4 sum_splits(const small_params& p, int n, int m0, int n_pad, int mp) {
+    const float4* src = reinterpret_cast<const float4*>(p.partial + size_t(n) * mp + m0);
+    const size_t stride = size_t(n_pad) * mp / 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int sp = 0; sp < p.splits; sp += 8) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = sp + u < p.splits ? __ldcg(src + (sp + u) * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (sp + u < p.splits) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+    }
+    return sum;
+}
+
+// matmul_silu, one split: each up warp (WARPS/2 ..) rounds its rows as the matmul stores them and
+// hands them through its own ring (every cp.async group has landed) to the gate warp of the same
+// rows, whose lane holds the same fragment positions; the gate warp writes silu(gate) · up (the
+// two-step result's bits: silu_times on the same bf16 values). n0: the lane's first gate row.
+template <int NT>
+__device__ __forceinline__ void silu_pairs(const small_params& p, const float (&acc)[NT][4], uint4* smem_raw, int warp,
+                                           int lane, int n0, bool active) {
+    constexpr int WORDS = GROUP_CHUNKS * 32;  // uint4 of one warp's ring
+    static_assert(NT * 4 * 32 * 2 <= WORDS * 16, "matmul_silu: the up rows must fit one ring");
+    if (warp >= WARPS / 2) {
+        __nv_bfloat16* own = reinterpret_cast<__nv_bfloat16*>(smem_raw + warp * WORDS);
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) own[(u * 4 + e) * 32 + lane] = __float2bfloat16_rn(acc[u][e] * p.alpha);
+    }
+    __syncthreads();
+    if (warp >= WARPS / 2 || !active) return;
+    const __nv_bfloat16* up = reinterpret_cast<const __nv_bfloat16*>(smem_raw + (warp + WARPS / 2) * WORDS);
+    const int t = lane & 3;
+#pragma unroll
+    for (int u = 0; u < NT; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int n = n0 + 8 * (e >> 1), m = 8 * u + 2 * t + (e & 1);
+            if (m < p.m)
+                p.out[size_t(m) * p.n_ff + n] =
+                    silu_times(__float2bfloat16_rn(acc[u][e] * p.alpha), up[(u * 4 + e) * 32 + lane]);
+        }
+}
+
 template <int NT> struct ctas_per_sm { static constexpr int value = NT <= 2 ? 3 : NT == 4 ? 2 : 1; };
 
 // grid (row blocks of 128 rows, splits); 8 warps, one 16-row tile each. Weights stream through a
 // per-warp ring of 8 chunk slots in shared memory (cp.async, one commit group per chunk, refilled
 // with the next group's chunk as soon as a slot is consumed: 7–8 chunks = 3.5–4 KB in flight per
 // warp without holding registers); x goes through two group slots; one barrier per group.
-template <int NT>
+// SILU: matmul_silu (a separate instance, so the plain kernel's code is unchanged by it).
+template <int NT, bool SILU>
 __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_w4a16_small_kernel(small_params p) {
     extern __shared__ uint4 smem_raw[];
     __shared__ int s_last;
@@ -191,9 +244,13 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     const uint32_t ring_sa = smem_addr(ring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
     const int slot_elems = p.m * (GROUP_K + X_PAD);
-    const int tile = blockIdx.x * WARPS + warp, split = blockIdx.y;
+    const int split = blockIdx.y;
     const int g0 = split * p.gps, g1 = min(p.k_groups, g0 + p.gps);
-    const bool active = tile < p.n_tiles;
+    // matmul_silu: warps 0..3 take gate tiles 4·b .. 4·b + 3, warps 4..7 the up tiles of the same rows
+    // (n_ff / 16 further on), so the CTA holds both halves of its 64 output columns.
+    const int pair = blockIdx.x * (WARPS / 2) + (warp & (WARPS / 2 - 1));
+    const int tile = !SILU ? blockIdx.x * WARPS + warp : pair + (warp < WARPS / 2 ? 0 : p.n_ff / 16);
+    const bool active = !SILU ? tile < p.n_tiles : pair < p.n_ff / 16;
     const uint4* cbase = p.codes + size_t(tile) * p.k_chunks * 32 + lane;
     const uint4* sbase = p.scales + size_t(tile) * p.k_groups * 32 + lane;
 
@@ -209,7 +266,11 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     }
     uint4 s_cur = active ? ld_stream(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
     pdl_wait();
-    pdl_trigger();
+    // matmul_silu is followed directly by a matmul (down), whose CTAs, launched early, would stream
+    // their weights on the SMs this grid still needs (the busiest carry two of its CTAs): it lets the
+    // next kernel launch only after its own loop (8-layer Llama-3.1-8B: batch 1 −1.8 %, batch 8
+    // −5.7 % against the two-step path; with the early trigger batch 1 was +2 %).
+    if (!SILU) pdl_trigger();
     stage_x(p, g0, xs);
     cp_async_commit();
 
@@ -231,6 +292,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
         s_cur = s_next;
     }
     cp_async_wait_all();
+    if (SILU) pdl_trigger();
     if (A == 2) {
 #pragma unroll
         for (int u = 0; u < NT; ++u)
@@ -240,6 +302,10 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
 
     const int n0 = tile * 16 + g;
     if (p.splits == 1) {
+        if (SILU) {
+            silu_pairs<NT>(p, acc[0], smem_raw, warp, lane, n0, active);
+            return;
+        }
         if (!active) return;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
@@ -267,26 +333,42 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     if (!s_last) return;
     __threadfence();
     // Last CTA of this row block: sum the splits in order 0..splits-1 (deterministic). One item =
-    // 4 adjacent m of one row (float4), loads issued 8 splits at a time so L2 round trips overlap.
-    const int nb = blockIdx.x * ROWS_PER_CTA, mq = mp / 4;
-    for (int e = threadIdx.x; e < ROWS_PER_CTA * mq; e += THREADS) {
-        int n = nb + e / mq, m0 = 4 * (e % mq);
-        if (n >= p.n) continue;
-        const float4* src = reinterpret_cast<const float4*>(p.partial + size_t(n) * mp + m0);
-        const size_t stride = size_t(n_pad) * mp / 4;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int sp = 0; sp < p.splits; sp += 8) {
-            float4 v[8];
+    // 4 adjacent m of one row (float4); matmul_silu: of one output column, its gate and up rows.
+    const int mq = mp / 4;
+    if (SILU) {
+        const int half = ROWS_PER_CTA / 2, nb = blockIdx.x * half;
+        for (int e = threadIdx.x; e < half * mq; e += THREADS) {
+            int n = nb + e / mq, m0 = 4 * (e % mq);
+            if (n >= p.n_ff) continue;
+            const float4 sg = sum_splits(p, n, m0, n_pad, mp), su = sum_splits(p, p.n_ff + n, m0, n_pad, mp);
+            const float rg[4] = {sg.x, sg.y, sg.z, sg.w}, ru[4] = {su.x, su.y, su.z, su.w};
 #pragma unroll
-            for (int u = 0; u < 8; ++u) v[u] = sp + u < p.splits ? __ldcg(src + (sp + u) * stride) : make_float4(0, 0, 0, 0);
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-                if (sp + u < p.splits) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+            for (int j = 0; j < 4; ++j)
+                if (m0 + j < p.m)
+                    p.out[size_t(m0 + j) * p.n_ff + n] =
+                        silu_times(__float2bfloat16_rn(rg[j] * p.alpha), __float2bfloat16_rn(ru[j] * p.alpha));
         }
-        const float r[4] = {sum.x, sum.y, sum.z, sum.w};
+    } else {
+        const int nb = blockIdx.x * ROWS_PER_CTA;
+        for (int e = threadIdx.x; e < ROWS_PER_CTA * mq; e += THREADS) {
+            int n = nb + e / mq, m0 = 4 * (e % mq);
+            if (n >= p.n) continue;
+            const float4* src = reinterpret_cast<const float4*>(p.partial + size_t(n) * mp + m0);
+            const size_t stride = size_t(n_pad) * mp / 4;
+            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int sp = 0; sp < p.splits; sp += 8) {
+                float4 v[8];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            if (m0 + j < p.m) p.out[size_t(m0 + j) * p.n + n] = __float2bfloat16_rn(r[j] * p.alpha);
+                for (int u = 0; u < 8; ++u) v[u] = sp + u < p.splits ? __ldcg(src + (sp + u) * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    if (sp + u < p.splits) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+            }
+            const float r[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (m0 + j < p.m) p.out[size_t(m0 + j) * p.n + n] = __float2bfloat16_rn(r[j] * p.alpha);
+        }
     }
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;  // ready for the next launch / graph replay
 }
@@ -312,9 +394,9 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
     return pl;
 }
 
-template <int NT>
+template <int NT, bool SILU = false>
 void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
-    auto kern = matmul_nvfp4_w4a16_small_kernel<NT>;
+    auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
@@ -658,8 +740,14 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
     p.gps = pl.gps, p.splits = pl.splits;
     p.units = p.len = p.early = 0;  // version 2's (run_launch)
+    p.n_ff = int(cfg.silu_n_ff);
     p.alpha = w.scale_global * 256.0f;
-    if (m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
+    TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff > 0 && cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff &&
+                                       cfg.version != 2),
+                "matmul_nvfp4_w4a16_sm80: matmul_silu takes a stacked [2·n_ff, k] weight with n_ff %% 16 == 0 on "
+                "version 1; got n = %lld, n_ff = %lld, version %d",
+                (long long)w.n, (long long)cfg.silu_n_ff, cfg.version);
+    if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
         const run_plan rp = plan_runs(d, sm_count, cfg);
         TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
                         ws.counter_count >= size_t(rp.row_blocks),
@@ -677,6 +765,13 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                     (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
     }
     const bool pdl = cfg.pdl != 0;
+    if (p.n_ff > 0) {
+        if (m <= 8) launch_small<1, true>(p, pl, s, pdl);
+        else if (m <= 16) launch_small<2, true>(p, pl, s, pdl);
+        else if (m <= 32) launch_small<4, true>(p, pl, s, pdl);
+        else launch_small<8, true>(p, pl, s, pdl);
+        return;
+    }
     if (m <= 8) launch_small<1>(p, pl, s, pdl);
     else if (m <= 16) launch_small<2>(p, pl, s, pdl);
     else if (m <= 32) launch_small<4>(p, pl, s, pdl);
@@ -801,6 +896,40 @@ void launch_w4a16_sm80(backend& be, const matmul_args& a) {
     matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s, cfg);
 }
 
+// matmul_silu on the small-M kernel (version 1 with the gate/up pairing, silu in the epilogue):
+// W4A16 on the packed stacked weight, m ≤ 64, n_ff a multiple of 16 (the up half starts on a tile).
+std::string accepts_silu_w4a16_sm80(const matmul_silu_args& a) {
+    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
+    std::string why = accepts_w4a16_sm80(a.mm);
+    if (!why.empty()) return why;
+    if (a.mm.m > W4A16_SM80_SMALL_M_MAX)
+        return "m = " + std::to_string(a.mm.m) + " > " + std::to_string(W4A16_SM80_SMALL_M_MAX) +
+               " (prefill: the two-step kernel)";
+    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
+    if (a.out.type != dtype::BF16) return "needs a bf16 out";
+    return "";
+}
+
+void launch_silu_w4a16_sm80(backend& be, const matmul_silu_args& a) {
+    cudaStream_t s = stream_of(be);
+    int sms = be.device().sm_count;
+    w4a16_sm80_workspace ws = w4a16_sm80_workspace_need(a.mm.m, a.mm.n, a.mm.k, sms);
+    ws.partial = scratch(be, std::max<size_t>(1, ws.partial_bytes));
+    ws.counters = ws.counter_count ? counters_for(s, ws.counter_count) : nullptr;
+    w4a16_sm80_weight w{a.mm.w->codes.data, a.mm.w->scales.data, a.mm.n, a.mm.k, a.mm.w->scale_global};
+    w4a16_small_config cfg;
+    cfg.version = 1, cfg.silu_n_ff = a.n_ff;
+    cfg.pdl = pdl_enabled(be) ? 1 : 0;
+    matmul_nvfp4_w4a16_sm80_small_launch(a.mm.x.data, a.mm.m, w, a.out.data, ws, sms, s, cfg);
+}
+
+// Any mode, any shape: the registry's matmul into gu, then silu_mul_gate_up (the CPU oracle's
+// sequence, on this backend's kernels).
+void launch_silu_two_step(backend& be, const matmul_silu_args& a) {
+    be.matmul(a.mm.x, *a.mm.w, a.mm.out, a.mode);
+    be.silu_mul_gate_up(a.mm.out, a.out);
+}
+
 // The decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) on the same prepared weight: m ≤ 8 and x
 // small enough to stage in shared memory.
 std::string accepts_w4a16_gemv(const matmul_args& a) {
@@ -832,6 +961,16 @@ void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
     req.align = 16;
     r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", req, 10, accepts_w4a16_sm80,
                                    launch_w4a16_sm80));
+}
+
+void register_matmul_silu_sm80(kernel_registry& r) {
+    kernel_req req = cuda_req(80, {dtype::BF16});
+    req.align = 16;
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sm80", req, 10, accepts_silu_w4a16_sm80,
+                                        launch_silu_w4a16_sm80));
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_two_step_cuda",
+                                        cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
+                                        launch_silu_two_step));
 }
 
 // Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,

@@ -7,12 +7,8 @@
 namespace tetra {
 namespace cuda {
 
-// The element's arithmetic, shared by both forms.
-template <class T>
-__device__ __forceinline__ T silu_times(T gate, T up) {
-    float g = to_f32(gate);
-    return from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up));
-}
+// The element's arithmetic (silu_times, cuda_device.cuh) is shared by both forms and by the
+// fused matmul_silu kernel.
 
 // gate, up, out: [n] T (flattened). Grid-stride.
 template <class T>

@@ -210,6 +210,29 @@ std::vector<uint16_t> run_small(const dev_weight& dw, const std::vector<uint16_t
     });
 }
 
+// matmul_silu on the small-M kernel (version 1, gate/up pairs): out [m, n_ff] for the stacked
+// weight of dw (n = 2·n_ff), on a device of `sms` SMs.
+std::vector<uint16_t> run_silu(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, int sms) {
+    cuda::w4a16_small_config cfg;
+    cfg.version = 1, cfg.silu_n_ff = dw.w.n / 2;
+    cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, dw.w.n, dw.w.k, sms, cfg);
+    return run_guarded(x, m, dw.w.n / 2, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+        cuda::matmul_nvfp4_w4a16_sm80_small_launch(dx, m, dw.w, out, w, sms, 0, cfg);
+    });
+}
+
+// silu_mul_gate_up of a [m, 2·n_ff] bf16 gu on the host: f32, std::exp, one rounding (the CPU
+// oracle's arithmetic).
+std::vector<uint16_t> host_silu(const std::vector<uint16_t>& gu, int64_t m, int64_t n_ff) {
+    std::vector<uint16_t> out(size_t(m * n_ff));
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n_ff; ++j) {
+            float g = bf16_to_f32(gu[size_t(r * 2 * n_ff + j)]), u = bf16_to_f32(gu[size_t(r * 2 * n_ff + n_ff + j)]);
+            out[size_t(r * n_ff + j)] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
+        }
+    return out;
+}
+
 struct shape { int64_t n, k; };
 const shape k_shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}};
 const int64_t k_ms[] = {1, 3, 16, 17, 100};
@@ -537,6 +560,92 @@ TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
 }
 
 #ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build has no backend library
+// matmul_silu's fused kernel (version 1 with gate/up warp pairs, silu in the epilogue or in the
+// split-K reduction) against the two-step result: the plain version-1 matmul into gu (checked
+// against the double oracle here too), then silu_mul_gate_up on the host. The fused kernel rounds
+// gate and up to bf16 exactly as the matmul stores them and applies the same f32 formula, with
+// CUDA's expf (≤ 2 ulp) where the host uses std::exp: an f32 difference of a few ulp moves the
+// bf16 rounding only for values within a few f32 ulp of a rounding boundary (≈ 2^-14 of them), so
+// every element must be within one bf16 ulp and at most 1 in 1000 may differ at all. Shapes: n_ff
+// not a multiple of 64 (a CTA with idle pairs), k not a multiple of 512; 1 SM (one split: the
+// epilogue exchange) and the real SM count (split-K: the reduction). Rows of m = 16 equal the row
+// alone bitwise, and two launches are identical.
+TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
+    uint32_t seed = 900;
+    const shape shapes[] = {{16, 80}, {48, 4112}, {80, 1040}, {272, 2064}, {1024, 576}};  // n_ff, k
+    for (const shape& s : shapes) {
+        host_weight hw = random_weight(2 * s.n, s.k, seed++);
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 64);
+        std::vector<uint16_t> x64 = random_bf16(64 * s.k, seed++);
+        for (int sms : {1, sm_count()}) {
+            std::vector<uint16_t> out16;
+            for (int64_t m : {1, 3, 16, 17, 64}) {
+                std::string what = "n_ff=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" +
+                                   std::to_string(m) + " sms=" + std::to_string(sms);
+                std::vector<uint16_t> x(x64.begin(), x64.begin() + m * s.k);
+                cuda::w4a16_small_config v1;
+                v1.version = 1;
+                std::vector<uint16_t> gu = run_small(dw, x, m, v1, sms);
+                std::vector<double> ref, mag;
+                oracle(x, m, wf, 2 * s.n, s.k, ref, mag);
+                expect_close(gu, ref, mag, s.k, (what + " gu").c_str());
+                std::vector<uint16_t> want = host_silu(gu, m, s.n), got = run_silu(dw, x, m, sms);
+                ASSERT_EQ(got.size(), want.size());
+                size_t differ = 0;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    if (got[i] == want[i]) continue;
+                    ++differ;
+                    const float a = bf16_to_f32(got[i]), b = bf16_to_f32(want[i]);
+                    const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(a), std::fabs(b))) - 7);
+                    EXPECT_LE(std::fabs(a - b), ulp) << what << ": element " << i << " " << a << " vs " << b;
+                }
+                EXPECT_LE(differ * 1000, got.size() + 999) << what << ": " << differ << " elements differ";
+                if (m == 16) out16 = got;
+                EXPECT_EQ(got, run_silu(dw, x, m, sms)) << what << ": two launches differ";
+            }
+            std::vector<uint16_t> xr(x64.begin() + 9 * s.k, x64.begin() + 10 * s.k);  // row 9 alone
+            EXPECT_EQ(0, std::memcmp(run_silu(dw, xr, 1, sms).data(), out16.data() + 9 * s.n, size_t(s.n) * 2))
+                << "n_ff=" << s.n << " sms=" << sms << ": row 9 alone differs from the batch of 16";
+        }
+    }
+}
+
+// Through the backend: matmul_silu selects the fused kernel for m ≤ 64 and the two-step kernel
+// beyond; on a shape where the plain matmul runs version 1 (asserted), the fused result equals
+// backend::matmul + silu_mul_gate_up on the GPU bit for bit (same rounding, same silu_times).
+TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
+    ASSERT_GT(cuda_device_count(), 0);
+    std::unique_ptr<backend> be = make_cuda_backend(0);
+    const int64_t n_ff = 1040, k = 1552;
+    ASSERT_EQ(cuda::w4a16_sm80_small_version(2 * n_ff, k, be->device().sm_count), 1);
+    host_weight hw = random_weight(2 * n_ff, k, 31);
+    linear_weight lw;
+    lw.kind = linear_kind::NVFP4, lw.n_out = hw.n, lw.n_in = hw.k, lw.scale_global = hw.scale_global;
+    lw.codes = tensor::view(dtype::U8, {hw.n, hw.k / 2}, hw.codes.data());
+    lw.scales = tensor::view(dtype::E4M3, {hw.n, hw.k / 16}, hw.scales.data());
+    linear_weight dw = be->prepare_linear(lw);
+    for (int64_t m : {1, 5, 16, 64, 65, 130}) {
+        std::vector<uint16_t> x = random_bf16(m * k, 40 + uint32_t(m));
+        tensor xd = be->upload(tensor::view(dtype::BF16, {m, k}, x.data()));
+        tensor gu = be->alloc(dtype::BF16, {m, 2 * n_ff}), a = be->alloc(dtype::BF16, {m, n_ff}),
+               b = be->alloc(dtype::BF16, {m, n_ff});
+        matmul_silu_args args;
+        args.act = dtype::BF16, args.align = 256, args.mode = matmul_mode::W4A16, args.n_ff = n_ff, args.out = a;
+        args.mm.act = dtype::BF16, args.mm.align = 256, args.mm.x = xd, args.mm.out = gu, args.mm.w = &dw;
+        args.mm.m = m, args.mm.n = 2 * n_ff, args.mm.k = k;
+        std::string sel = kernel_registry::instance().select("matmul_silu", be->device(), args).name;
+        EXPECT_EQ(sel, m <= cuda::W4A16_SM80_SMALL_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80" : "matmul_silu_two_step_cuda")
+            << "m=" << m;
+        be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
+        be->matmul(xd, dw, gu, matmul_mode::W4A16);
+        be->silu_mul_gate_up(gu, b);
+        std::vector<uint16_t> ha(size_t(m * n_ff)), hb(ha.size());
+        be->download(a, ha.data()), be->download(b, hb.data());
+        EXPECT_EQ(ha, hb) << "m=" << m;
+    }
+}
+
 // Through the backend: the prepare step re-lays the weight, backend::matmul validates it (the
 // re-laid tensors keep the canonical shapes) and the registry picks the sm80 kernel; dense too.
 TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
