@@ -120,9 +120,11 @@ void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, c
            {&logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
 }
 
-void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,
-                const tensor& out, matmul_mode mode) {
-    const char* op = "moe_matmul";
+namespace {
+
+// moe_matmul's checks and args (op: the name errors carry); mode resolved in place.
+moe_matmul_args matmul_args(backend& be, const char* op, const tensor& x, const std::vector<linear_weight>& experts,
+                            const tensor& expert_offsets, const tensor& out, matmul_mode& mode) {
     TETRA_CHECK(!experts.empty(), "%s: no experts", op);
     const linear_weight& w0 = experts[0];
     mode = resolve_mode(w0, mode);
@@ -137,11 +139,38 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
     moe_matmul_args a;
     a.act = x.type, a.x = x, a.expert_offsets = expert_offsets, a.out = out, a.experts = &experts;
     a.n_rows = x.dim(0), a.n = w0.n_out, a.k = w0.n_in;
+    return a;
+}
+
+}  // namespace
+
+void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,
+                const tensor& out, matmul_mode mode) {
+    moe_matmul_args a = matmul_args(be, "moe_matmul", x, experts, expert_offsets, out, mode);
     const char* name = mode == matmul_mode::DENSE   ? "moe_matmul_dense"
                        : mode == matmul_mode::W4A16 ? "moe_matmul_nvfp4_w4a16"
                                                     : "moe_matmul_nvfp4_w4a4";
-    const tensor& wt = mode == matmul_mode::DENSE ? w0.dense : w0.codes;
+    const tensor& wt = mode == matmul_mode::DENSE ? experts[0].dense : experts[0].codes;
     run_op(be, name, a, {&x, &out, &wt});
+}
+
+void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
+                     const tensor& expert_offsets, const tensor& gu, const tensor& out, matmul_mode mode) {
+    const char* op = "moe_matmul_silu";
+    moe_matmul_silu_args a;
+    a.mm = matmul_args(be, op, x, gate_up, expert_offsets, gu, mode);
+    TETRA_CHECK(a.mm.n % 2 == 0, "%s: the experts' gate_up weights have %lld rows; expected an even number (the stacked "
+                "gate and up halves)", op, (long long)a.mm.n);
+    a.n_ff = a.mm.n / 2, a.mode = mode, a.out = out, a.act = x.type;
+    check_on(be, out, op, "out"), check_dtype(out, x.type, op, "out"), check_shape(out, {x.dim(0), a.n_ff}, op, "out");
+    const auto apart = [](const tensor& p, const tensor& q) {
+        const uint8_t *p0 = static_cast<const uint8_t*>(p.data), *q0 = static_cast<const uint8_t*>(q.data);
+        return p.numel() == 0 || q.numel() == 0 || p0 + p.nbytes() <= q0 || q0 + q.nbytes() <= p0;
+    };
+    TETRA_CHECK(apart(out, gu) && apart(out, x) && apart(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
+    const tensor& wt = mode == matmul_mode::DENSE ? gate_up[0].dense : gate_up[0].codes;
+    a.mm.align = op_checks::ptr_align({&x, &gu, &wt});
+    run_op(be, op, a, {&x, &gu, &expert_offsets, &out, &wt});
 }
 
 void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights, const tensor& out,

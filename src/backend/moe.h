@@ -51,6 +51,15 @@ void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, c
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts,
                 const tensor& expert_offsets, const tensor& out, matmul_mode mode = matmul_mode::AUTO);
 
+// The experts' fused gate/up stage as one op ("moe_matmul_silu"): moe_matmul(x, gate_up, offsets,
+// gu, mode), then silu_mul_gate_up(gu, out). A kernel may fuse the two (the CUDA grouped mma kernel
+// does, without writing gu); the result is the two-step result. gate_up: every expert's stacked
+// [gate; up] weight [2·n_ff, K]; gu: [n_rows, 2·n_ff] act scratch; out: [n_rows, n_ff] act (x, gu
+// and out must not overlap).
+void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
+                     const tensor& expert_offsets, const tensor& gu, const tensor& out,
+                     matmul_mode mode = matmul_mode::AUTO);
+
 // Combine: out[t] = Σ_{s = 0..k-1} topk_weights[t, s] · y[dest_rows[t, s]] (f32, ascending s; no
 // atomics), then + sigmoid(shared_gate[t]) · shared[t] when `shared` is given (the Qwen2-MoE /
 // Qwen3-Next shared expert; without shared_gate the shared row is added with weight 1).
@@ -85,6 +94,15 @@ struct moe_matmul_args : op_args {
     tensor x, expert_offsets, out;
     const std::vector<linear_weight>* experts = nullptr;
     int64_t n_rows = 0, n = 0, k = 0;
+};
+
+// "moe_matmul_silu": mm is the grouped matmul into mm.out = gu (scratch: only two-step kernels
+// write it); out = silu_mul_gate_up(gu); mode: the resolved matmul mode.
+struct moe_matmul_silu_args : op_args {
+    moe_matmul_args mm;
+    tensor out;
+    matmul_mode mode = matmul_mode::W4A16;
+    int64_t n_ff = 0;
 };
 
 // "moe_combine"

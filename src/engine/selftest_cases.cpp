@@ -365,6 +365,7 @@ struct case_builder {
     void quantize_case(const linear_weight& lw, const std::string& module);
     void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
     void moe_matmul_case(const std::string& proj, int il);
+    void moe_matmul_silu_case(int il);  // the experts' fused gate/up + silu (model/moe.cpp)
 };
 
 const char* matmul_op(const linear_weight& lw, matmul_mode mode) {
@@ -613,6 +614,56 @@ void case_builder::moe_cases() {
     };
     cases.push_back(f);
     for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
+    moe_matmul_silu_case(il);
+}
+
+// moe_matmul_silu on experts 0..min(n_expert, 4)−1 of layer il, each expert's gate and up rows
+// [0, min(n_ff, 32)) stacked as the forward stacks them (when they stack), 7 rows as
+// moe_matmul_case. Only out is compared: gu is scratch the fused kernel does not write.
+void case_builder::moe_matmul_silu_case(int il) {
+    const int64_t n_ex = std::min<int64_t>(c.n_expert, 4), m = 7;
+    std::vector<linear_weight> gates, ups;
+    for (int64_t e = 0; e < n_ex; ++e) {
+        const std::string x = strfmt("model.layers.%d.mlp.experts.%lld.", il, (long long)e);
+        gates.push_back(w.linear(x + "gate_proj")), ups.push_back(w.linear(x + "up_proj"));
+        if (!stack_rows({&gates.back(), &ups.back()})) return;  // the forward runs two grouped matmuls
+    }
+    const linear_weight& w0 = gates[0];
+    const int64_t n = std::min<int64_t>(w0.n_out, 32), k_in = w0.n_in;
+    static const int32_t k_offsets[4][5] = {{0, 7}, {0, 3, 7}, {0, 3, 3, 7}, {0, 3, 3, 5, 7}};
+    std::vector<int32_t> offs(k_offsets[n_ex - 1], k_offsets[n_ex - 1] + n_ex + 1);
+    const matmul_mode md = mode == matmul_mode::AUTO ? (w0.kind == linear_kind::DENSE ? matmul_mode::DENSE
+                                                        : w0.has_input_scale        ? matmul_mode::W4A4
+                                                                                    : matmul_mode::W4A16)
+                                                     : mode;
+    op_case k;
+    k.op = "moe_matmul_silu";
+    k.label = strfmt("experts silu %s 2x%lldx%lld", w0.kind == linear_kind::DENSE ? "dense" : "nvfp4",
+                     (long long)w0.n_out, (long long)k_in);
+    k.classes = "mlp.experts.gate_proj + up_proj";
+    k.what = strfmt("moe_matmul_silu (experts 0..%lld of layer %d, gate/up rows [0, %lld) each): M=%lld, N=2x%lld K=%lld %s",
+                    (long long)(n_ex - 1), il, (long long)n, (long long)m, (long long)n, (long long)k_in,
+                    dtype_name(act));
+    k.tol = tolerance(k.op, act);
+    float xs = w0.has_input_scale && w0.input_global_quant > 0 ? 384.0f / w0.input_global_quant : 1.0f;
+    dtype a = act;
+    k.run = [=](backend& be, int, const launch_fn& launch) {
+        auto pw = std::make_shared<std::vector<linear_weight>>();
+        for (int64_t e = 0; e < n_ex; ++e) {
+            linear_weight lg = linear_rows(gates[size_t(e)], n), lu = linear_rows(ups[size_t(e)], n);
+            pw->push_back(be.prepare_linear(*stack_rows({&lg, &lu})));
+        }
+        moe_matmul_silu_args g;
+        g.act = a, g.mode = md, g.n_ff = n, g.out = be.alloc(a, {m, n});
+        g.mm.act = a, g.mm.x = be.upload(host_random(a, {m, k_in}, 98, xs)), g.mm.out = be.alloc(a, {m, 2 * n});
+        g.mm.expert_offsets = be.upload(host_i32(offs, {n_ex + 1}));
+        g.mm.experts = pw.get(), g.mm.n_rows = m, g.mm.n = 2 * n, g.mm.k = k_in;
+        const tensor& wt = (*pw)[0].kind == linear_kind::DENSE ? (*pw)[0].dense : (*pw)[0].codes;
+        g.mm.align = ptr_align({&g.mm.x, &g.mm.out, &wt});
+        g.align = ptr_align({&g.mm.x, &g.mm.out, &g.mm.expert_offsets, &g.out, &wt});
+        return launch_read(be, launch, g, {&g.out});
+    };
+    cases.push_back(k);
 }
 
 // Experts 0..min(n_expert, 4)-1 of layer il (rows [0, min(n_out, 64)) each), 7 rows split over

@@ -99,10 +99,8 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     be_.matmul(h, L.router, logits, mode);
     moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest);
     be_.get_rows(h, sorted, xs);
-    if (L.fused_gate_up) {  // one grouped matmul into [rows, gate | up]
-        tensor gu = tensor_rows(gu_, 0, rows);
-        moe_matmul(be_, xs, L.gate_up, offsets_, gu, mode);
-        be_.silu_mul_gate_up(gu, g);
+    if (L.fused_gate_up) {  // one grouped matmul over [gate; up] with silu (gu: scratch)
+        moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode);  // one kernel on CUDA
     } else {
         tensor u = front(gu_, rows, c_.n_ff_exp);
         moe_matmul(be_, xs, L.gate, offsets_, g, mode);

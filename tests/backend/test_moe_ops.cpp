@@ -329,6 +329,56 @@ TEST(moe_ops, matmul_grouped) {
     for (const char* op : moe_op) expect_all_ran(op, ran, 6);
 }
 
+// moe_matmul_silu on the CPU: gu is the grouped matmul (against the double reference of each row's
+// expert), out = silu(gate) · up of gu's stored halves (in double: the op's definition; NMSE as
+// matmul_grouped); errors for an odd stacked weight and overlapping operands.
+TEST(moe_ops, matmul_silu) {
+    rng r(107);
+    for (dtype xt : {dtype::F32, dtype::BF16})
+        for (int64_t n_rows : {1, 9, 40}) {
+            const int64_t ne = 5, k = 48, n_ff = 12;
+            std::string vars = std::string("x=") + dn(xt) + " rows=" + std::to_string(n_rows);
+            experts_t ex = random_experts(r, ne, 2 * n_ff, k, true, dtype::BF16, false);
+            std::vector<int32_t> offs, row_e;
+            random_groups(r, n_rows, ne, &offs, &row_e);
+            tensor x = random_tensor(r, xt, {n_rows, k}), offsets = i32_tensor(offs);
+            tensor gu = tensor::alloc(xt, {n_rows, 2 * n_ff}), out = tensor::alloc(xt, {n_rows, n_ff});
+            moe_matmul_silu(cpu_be(), x, ex.w, offsets, gu, out, matmul_mode::W4A16);
+            std::vector<double> xv = to_double(x), g = to_double(gu), o = to_double(out), ref(size_t(n_rows * 2 * n_ff)),
+                                want(size_t(n_rows * n_ff));
+            for (int64_t i = 0; i < n_rows; ++i) {
+                for (int64_t j = 0; j < 2 * n_ff; ++j) {
+                    double acc = 0;
+                    for (int64_t q = 0; q < k; ++q)
+                        acc += xv[size_t(i * k + q)] * ex.ref[size_t(row_e[size_t(i)])][size_t(j * k + q)];
+                    ref[size_t(i * 2 * n_ff + j)] = acc;
+                }
+                for (int64_t j = 0; j < n_ff; ++j) {
+                    double a = g[size_t(i * 2 * n_ff + j)], b = g[size_t(i * 2 * n_ff + n_ff + j)];
+                    want[size_t(i * n_ff + j)] = a / (1.0 + std::exp(-a)) * b;
+                }
+            }
+            EXPECT_EQ(compare(g, ref, xt == dtype::F32 ? 1e-12 : 2e-5), "") << vars;
+            EXPECT_EQ(compare(o, want, xt == dtype::F32 ? 1e-12 : 2e-5), "") << vars;
+        }
+    auto err = [&](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    experts_t odd = random_experts(r, 2, 5, 32, true, dtype::BF16, false), ex = random_experts(r, 2, 8, 32, true, dtype::BF16, false);
+    tensor x = random_tensor(r, dtype::F32, {2, 32}), offsets = i32_tensor({0, 1, 2});
+    tensor gu5 = tensor::alloc(dtype::F32, {2, 5}), gu = tensor::alloc(dtype::F32, {2, 8}), out = tensor::alloc(dtype::F32, {2, 4});
+    EXPECT_NE(err([&] { moe_matmul_silu(cpu_be(), x, odd.w, offsets, gu5, out); }).find("expected an even number"),
+              std::string::npos);
+    tensor inside = tensor_reshape(tensor_rows(tensor_reshape(gu, {16}), 0, 8), {2, 4});
+    EXPECT_NE(err([&] { moe_matmul_silu(cpu_be(), x, ex.w, offsets, gu, inside); }).find("must not overlap"),
+              std::string::npos);
+}
+
 TEST(moe_ops, matmul_rejects_bad_experts) {
     rng r(104);
     experts_t ex = random_experts(r, 3, 16, 32, false, dtype::BF16, false);

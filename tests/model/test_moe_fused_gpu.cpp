@@ -139,3 +139,41 @@ TEST(moe_fused_gpu, silu_mul_gate_up_equals_silu_mul_and_cpu_bitwise) {
         }
     EXPECT_EQ(n_cases, 12);
 }
+
+// moe_matmul_silu: the registry picks the fused grouped mma kernel (silu in its epilogue) where n_ff
+// is a multiple of 16, else the two-step kernel; either way out equals the grouped matmul into gu
+// followed by silu_mul_gate_up on the GPU, bit for bit, with guards around out. Qwen3-30B-A3B's expert
+// shape at 8, 64 and 512 rows (batch 1, 8 and 64 of top-8: 4, 2 and 1 warps per tile, 8 to 32 rows
+// per pass), a half of 3 tiles (an idle pair slot) and one the fused kernel declines (n_ff 40).
+TEST(moe_fused_gpu, moe_matmul_silu_equals_two_step_bitwise) {
+    rng r(703);
+    const case_t cases[] = {{16, 8, 768, 2048}, {16, 64, 768, 2048}, {128, 512, 768, 2048}, {8, 17, 48, 528},
+                            {4, 3, 40, 1040}};
+    for (const case_t& c : cases) {
+        const std::string vars = "ne=" + std::to_string(c.ne) + " rows=" + std::to_string(c.rows) +
+                                 " ff=" + std::to_string(c.ff) + " k=" + std::to_string(c.k);
+        expert_pairs p = random_pairs(r, c.ne, c.ff, c.k, true);
+        const tensor x = to_gpu(random_tensor(r, dtype::BF16, {c.rows, c.k}));
+        const tensor off = to_gpu(i32_tensor(random_offsets(r, c.rows, c.ne)));
+        tensor gu = gpu_be().alloc(dtype::BF16, {c.rows, 2 * c.ff}), want = gpu_be().alloc(dtype::BF16, {c.rows, c.ff});
+        gpu_guarded out = make_gpu_guarded(dtype::BF16, {c.rows, c.ff});
+        moe_matmul_silu_args a;
+        a.act = dtype::BF16, a.align = 256, a.mode = matmul_mode::W4A16, a.n_ff = c.ff, a.out = out.view;
+        a.mm.act = dtype::BF16, a.mm.align = 256, a.mm.x = x, a.mm.expert_offsets = off, a.mm.out = gu;
+        a.mm.experts = &p.stacked, a.mm.n_rows = c.rows, a.mm.n = 2 * c.ff, a.mm.k = c.k;
+        EXPECT_EQ(kernel_registry::instance().select("moe_matmul_silu", gpu_be().device(), a).name,
+                  c.ff % 16 == 0 ? "moe_matmul_silu_nvfp4_w4a16_mma_sm80" : "moe_matmul_silu_two_step_cuda")
+            << vars;
+        moe_matmul_silu(gpu_be(), x, p.stacked, off, gu, out.view, matmul_mode::W4A16);
+        bool ok = false;
+        tensor got = out.result(&ok);
+        EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
+        moe_matmul(gpu_be(), x, p.stacked, off, gu, matmul_mode::W4A16);
+        gpu_be().silu_mul_gate_up(gu, want);
+        tensor hw = to_host(want);
+        int nonzero = 0;
+        for (int64_t i = 0; i < hw.numel(); ++i) nonzero += hw.ptr<uint16_t>()[i] != 0;
+        EXPECT_GT(nonzero, hw.numel() / 2) << "degenerate outputs: " << vars;
+        EXPECT_EQ(0, std::memcmp(got.data, hw.data, hw.nbytes())) << vars << ": fused differs from the two-step result";
+    }
+}

@@ -9,6 +9,7 @@ void register_moe_permute(kernel_registry& r);  // moe_permute_cpu.cpp
 void register_moe_route_permute(kernel_registry& r);  // moe_route_permute_cpu.cpp
 void register_moe_matmul(kernel_registry& r);   // moe_matmul_dense_cpu.cpp (all six entries)
 void register_moe_combine(kernel_registry& r);  // moe_combine_cpu.cpp
+void register_moe_matmul_silu(kernel_registry& r);  // moe_matmul_silu_cpu.cpp
 
 void register_moe_kernels(kernel_registry& r) {
     register_moe_route(r);
@@ -16,6 +17,7 @@ void register_moe_kernels(kernel_registry& r) {
     register_moe_route_permute(r);
     register_moe_matmul(r);
     register_moe_combine(r);
+    register_moe_matmul_silu(r);
 }
 
 }  // namespace cpu

@@ -11,7 +11,9 @@
 // accumulators; then slices 0..3 in order) depends only on k, whatever KS, and an MMA column
 // depends only on its own B column.
 // Launched with programmatic dependent launch (sm_90+): the CTAs are resident before the previous
-// kernel (the gather, silu_mul) ends; everything they read depends on it, so they wait first.
+// kernel (the gather, the gate/up matmul) ends; everything they read depends on it, so they wait
+// first. Also "moe_matmul_silu" (SILU instances): gate and up tiles of the same rows paired in one
+// CTA, silu(gate) · up written from the slice reduction; bit-identical to the two-step path.
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
@@ -49,6 +51,7 @@ struct mma_params {
     const int32_t* offsets;  // [ne + 1]
     const moe_expert_ptrs* table;
     int ne, n, k, n_tiles, k_chunks, k_groups, win_groups;
+    int n_ff;  // SILU instances (moe_matmul_silu): n = 2·n_ff stacked [gate; up] rows, out [n_rows, n_ff]
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -136,7 +139,9 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 }
 
 // grid (ceil(n_tiles / WT), work items); dynamic smem: code rings | scale rings | x window.
-template <int NT, int KS>
+// SILU: moe_matmul_silu — the CTA's first WT/2 tile slots take gate tiles, the others the matching
+// up tiles (n_ff / 16 further on); the gate slots' writers apply silu_times to both rounded sums.
+template <int NT, int KS, bool SILU>
 __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     extern __shared__ uint4 smem_raw[];
     constexpr int RB = 8 * NT, WT = split<KS>::WT, CPG = split<KS>::CPG, SQ = split<KS>::SQ, SW = split<KS>::SW;
@@ -144,15 +149,19 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     static_assert(VS * 2 * NT <= 8, "accumulators: KS = 1 only with NT = 1, KS = 2 with NT ≤ 2");
     constexpr int SCALE_BYTES = split<KS>::SCALE_BYTES;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int ks = warp % KS, tile = blockIdx.x * WT + warp / KS;
+    const int ks = warp % KS, slot = warp / KS, pair = blockIdx.x * (WT / 2) + slot % (WT / 2);
+    const int tile = !SILU ? blockIdx.x * WT + slot : pair + (slot < WT / 2 ? 0 : p.n_ff / 16);
     int e, r0, nr;
     // Programmatic dependent launch: the CTAs become resident during the previous kernel's tail;
-    // everything read here (offsets → expert → its weights, x) depends on it, so wait first.
+    // everything read here (offsets → expert → its weights, x) depends on it, so wait first. SILU
+    // too triggers at once (unlike matmul_silu_nvfp4_w4a16_sm80): its successor, the grouped down
+    // matmul, reads nothing before its own wait, so its early CTAs do not compete for bandwidth
+    // (measured: a trigger after the loop was no faster, docs/moe.md).
     pdl_wait();
     pdl_trigger();
     if (!find_item(p.offsets, p.ne, RB, blockIdx.y, lane, e, r0, nr)) return;  // uniform over the CTA
     const moe_expert_ptrs ex = p.table[e];
-    const bool active = tile < p.n_tiles;
+    const bool active = !SILU ? tile < p.n_tiles : pair < p.n_ff / 16;
     const int nu = (nr + 7) / 8, steps = p.k_groups * CPG;
 
     uint8_t* sm = reinterpret_cast<uint8_t*>(smem_raw);
@@ -244,7 +253,7 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
 
     // Virtual slices summed in order 0..3 through shared memory (the rings are free now).
     __syncthreads();
-    float* red = reinterpret_cast<float*>(sm) + (warp / KS) * 4 * NT * 4 * 32;  // this tile's [4 slices][NT·4][32]
+    float* red = reinterpret_cast<float*>(sm) + slot * 4 * NT * 4 * 32;  // this tile's [4 slices][NT·4][32]
 #pragma unroll
     for (int l = 0; l < VS; ++l)
 #pragma unroll
@@ -254,6 +263,26 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
                 red[((ks + KS * l) * NT * 4 + u * 4 + v) * 32 + lane] = acc[l][0][u][v] + acc[l][1][u][v];
     __syncthreads();
     if (ks != 0 || !active) return;
+    if (SILU) {
+        if (slot >= WT / 2) return;
+        const float* red_up = red + (WT / 2) * 4 * NT * 4 * 32;  // the up tile of the same rows
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u >= nu) break;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                float sg = red[(u * 4 + v) * 32 + lane], su = red_up[(u * 4 + v) * 32 + lane];
+#pragma unroll
+                for (int sl = 1; sl < 4; ++sl)
+                    sg += red[(sl * NT * 4 + u * 4 + v) * 32 + lane], su += red_up[(sl * NT * 4 + u * 4 + v) * 32 + lane];
+                const int row = tile * 16 + g + 8 * (v >> 1), m = 8 * u + 2 * t + (v & 1);
+                if (m < nr)
+                    p.out[size_t(r0 + m) * p.n_ff + row] =
+                        silu_times(__float2bfloat16_rn(sg * ex.alpha), __float2bfloat16_rn(su * ex.alpha));
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
         if (u >= nu) break;
@@ -313,10 +342,10 @@ mma_plan plan_of(int64_t n_tiles, int64_t n_rows, int64_t n_expert, int sm_count
     return {nt, items, ks_for(n_tiles, items, nt, sm_count)};
 }
 
-template <int NT, int KS>
+template <int NT, int KS, bool SILU>
 void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s, bool pdl) {
     constexpr int WT = split<KS>::WT, SCALE_BYTES = split<KS>::SCALE_BYTES;
-    auto kern = moe_w4a16_mma_kernel<NT, KS>;
+    auto kern = moe_w4a16_mma_kernel<NT, KS, SILU>;
     static bool attr_set = false;  // per instance; the attribute is per function
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -331,14 +360,16 @@ void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int
     launch_on(kern, grid, dim3(THREADS), smem, s, pdl, q);
 }
 
-void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
+// The grouped matmul a (n_ff 0) or moe_matmul_silu's fused form into out ([n_rows, n_ff]).
+template <bool SILU>
+void mma_launch(backend& be, const moe_matmul_args& a, void* out, int64_t n_ff) {
     if (a.n_rows == 0) return;
     cudaStream_t s = stream_of(be);
     const std::vector<linear_weight>& ex = *a.experts;
     const moe_expert_ptrs* table = moe_expert_table(ex, s, moe_w4a16_ptrs);
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
     mma_params p;
-    p.x = a.x.ptr<const __nv_bfloat16>(), p.out = a.out.ptr<__nv_bfloat16>();
+    p.x = a.x.ptr<const __nv_bfloat16>(), p.out = static_cast<__nv_bfloat16*>(out), p.n_ff = int(n_ff);
     p.offsets = a.expert_offsets.ptr<const int32_t>(), p.table = table;
     p.ne = int(ex.size()), p.n = int(a.n), p.k = int(a.k);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups), p.win_groups = 1;
@@ -347,13 +378,15 @@ void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) {
     const int64_t items = pl.items;
     const int budget = x_budget(be.device());
     const bool pdl = pdl_enabled(be);
-    if (nt == 1 && ks == 1) launch_nt<1, 1>(p, d, items, budget, s, pdl);
-    else if (nt == 1 && ks == 2) launch_nt<1, 2>(p, d, items, budget, s, pdl);
-    else if (nt == 1) launch_nt<1, 4>(p, d, items, budget, s, pdl);
-    else if (nt == 2 && ks == 2) launch_nt<2, 2>(p, d, items, budget, s, pdl);
-    else if (nt == 2) launch_nt<2, 4>(p, d, items, budget, s, pdl);
-    else launch_nt<4, 4>(p, d, items, budget, s, pdl);
+    if (nt == 1 && ks == 1) launch_nt<1, 1, SILU>(p, d, items, budget, s, pdl);
+    else if (nt == 1 && ks == 2) launch_nt<1, 2, SILU>(p, d, items, budget, s, pdl);
+    else if (nt == 1) launch_nt<1, 4, SILU>(p, d, items, budget, s, pdl);
+    else if (nt == 2 && ks == 2) launch_nt<2, 2, SILU>(p, d, items, budget, s, pdl);
+    else if (nt == 2) launch_nt<2, 4, SILU>(p, d, items, budget, s, pdl);
+    else launch_nt<4, 4, SILU>(p, d, items, budget, s, pdl);
 }
+
+void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) { mma_launch<false>(be, a, a.out.data, 0); }
 
 // As the CUDA-core kernel's accepts: bf16, int-sized shapes, the experts in the sm80 packed layout
 // (asked of the dense kernel's accepts() for the first and last expert), plus the grid.y bound.
@@ -364,6 +397,23 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
     if (items_for(a.n_rows, ne, 1) > 65535)
         return "more than 65535 work items (" + std::to_string(items_for(a.n_rows, ne, 1)) + " passes of 8 rows at most)";
     return moe_w4a16_experts_why_not(a);
+}
+
+// moe_matmul_silu fused: W4A16, the grouped kernel's conditions, n_ff a multiple of 16 (the up half
+// starts on a tile).
+std::string moe_silu_mma_accepts(const moe_matmul_silu_args& a) {
+    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
+    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
+    if (a.out.type != dtype::BF16) return "needs a bf16 out";
+    return moe_w4a16_mma_accepts(a.mm);
+}
+
+void moe_silu_mma_launch(backend& be, const moe_matmul_silu_args& a) { mma_launch<true>(be, a.mm, a.out.data, a.n_ff); }
+
+// Any mode: the registry's grouped matmul into gu, then silu_mul_gate_up.
+void moe_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
+    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode);
+    be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
 }  // namespace
@@ -380,6 +430,12 @@ void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r) {
     req.smem = RING_BYTES + SCALE_BYTES_MAX + 8 * (GROUP_K + X_PAD) * 2;  // the x window of NT = 1, one group
     r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80", req, 20,
                                        moe_w4a16_mma_accepts, moe_w4a16_mma_launch));
+    // "moe_matmul_silu": the same kernel with silu in its epilogue, and the two-step fallback.
+    r.add(make_kernel<moe_matmul_silu_args>("moe_matmul_silu", "moe_matmul_silu_nvfp4_w4a16_mma_sm80", req, 10,
+                                            moe_silu_mma_accepts, moe_silu_mma_launch));
+    r.add(make_kernel<moe_matmul_silu_args>("moe_matmul_silu", "moe_matmul_silu_two_step_cuda",
+                                            cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
+                                            moe_silu_two_step));
 }
 
 }  // namespace cuda
