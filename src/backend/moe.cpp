@@ -145,8 +145,9 @@ moe_matmul_args matmul_args(backend& be, const char* op, const tensor& x, const 
 }  // namespace
 
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,
-                const tensor& out, matmul_mode mode) {
+                const tensor& out, matmul_mode mode, bool offsets_early) {
     moe_matmul_args a = matmul_args(be, "moe_matmul", x, experts, expert_offsets, out, mode);
+    a.offsets_early = offsets_early;
     const char* name = mode == matmul_mode::DENSE   ? "moe_matmul_dense"
                        : mode == matmul_mode::W4A16 ? "moe_matmul_nvfp4_w4a16"
                                                     : "moe_matmul_nvfp4_w4a4";
@@ -155,10 +156,12 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
 }
 
 void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
-                     const tensor& expert_offsets, const tensor& gu, const tensor& out, matmul_mode mode) {
+                     const tensor& expert_offsets, const tensor& gu, const tensor& out, matmul_mode mode,
+                     bool offsets_early) {
     const char* op = "moe_matmul_silu";
     moe_matmul_silu_args a;
     a.mm = matmul_args(be, op, x, gate_up, expert_offsets, gu, mode);
+    a.mm.offsets_early = offsets_early;
     TETRA_CHECK(a.mm.n % 2 == 0, "%s: the experts' gate_up weights have %lld rows; expected an even number (the stacked "
                 "gate and up halves)", op, (long long)a.mm.n);
     a.n_ff = a.mm.n / 2, a.mode = mode, a.out = out, a.act = x.type;

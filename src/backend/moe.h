@@ -48,8 +48,10 @@ void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, c
 // other rows (bit-identical alone or in any batch).
 // x: [n_rows, K] act; experts: n_expert linears [N, K] (prepared for this backend);
 // expert_offsets: i32 [n_expert + 1] (moe_permute's); out: [n_rows, N] act
+// offsets_early: see moe_matmul_args::offsets_early.
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts,
-                const tensor& expert_offsets, const tensor& out, matmul_mode mode = matmul_mode::AUTO);
+                const tensor& expert_offsets, const tensor& out, matmul_mode mode = matmul_mode::AUTO,
+                bool offsets_early = false);
 
 // The experts' fused gate/up stage as one op ("moe_matmul_silu"): moe_matmul(x, gate_up, offsets,
 // gu, mode), then silu_mul_gate_up(gu, out). A kernel may fuse the two (the CUDA grouped mma kernel
@@ -58,7 +60,7 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
 // and out must not overlap).
 void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
                      const tensor& expert_offsets, const tensor& gu, const tensor& out,
-                     matmul_mode mode = matmul_mode::AUTO);
+                     matmul_mode mode = matmul_mode::AUTO, bool offsets_early = false);
 
 // Combine: out[t] = Σ_{s = 0..k-1} topk_weights[t, s] · y[dest_rows[t, s]] (f32, ascending s; no
 // atomics), then + sigmoid(shared_gate[t]) · shared[t] when `shared` is given (the Qwen2-MoE /
@@ -94,6 +96,10 @@ struct moe_matmul_args : op_args {
     tensor x, expert_offsets, out;
     const std::vector<linear_weight>* experts = nullptr;
     int64_t n_rows = 0, n = 0, k = 0;
+    // The caller's promise that expert_offsets was written two or more kernel launches before this
+    // one on the backend's stream (the model: route_permute, get_rows, then the grouped matmuls), so
+    // a PDL kernel may read it before waiting for the previous kernel. Never needed for correctness.
+    bool offsets_early = false;
 };
 
 // "moe_matmul_silu": mm is the grouped matmul into mm.out = gu (scratch: only two-step kernels

@@ -99,15 +99,18 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     be_.matmul(h, L.router, logits, mode);
     moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest);
     be_.get_rows(h, sorted, xs);
+    // The grouped matmuls run at least two launches after the permutation wrote the offsets (the
+    // gather is between): offsets_early lets their kernels find their work before the previous
+    // kernel ends (moe_matmul_args::offsets_early).
     if (L.fused_gate_up) {  // one grouped matmul over [gate; up] with silu (gu: scratch)
-        moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode);  // one kernel on CUDA
+        moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode, true);  // one kernel on CUDA
     } else {
         tensor u = front(gu_, rows, c_.n_ff_exp);
-        moe_matmul(be_, xs, L.gate, offsets_, g, mode);
-        moe_matmul(be_, xs, L.up, offsets_, u, mode);
+        moe_matmul(be_, xs, L.gate, offsets_, g, mode, true);
+        moe_matmul(be_, xs, L.up, offsets_, u, mode, true);
         be_.silu_mul(g, u, g);
     }
-    moe_matmul(be_, g, L.down, offsets_, ys, mode);
+    moe_matmul(be_, g, L.down, offsets_, ys, mode, true);
     if (!L.has_shared) {
         moe_combine(be_, ys, dest, wts, out);
         return;

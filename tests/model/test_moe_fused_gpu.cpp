@@ -144,7 +144,8 @@ TEST(moe_fused_gpu, silu_mul_gate_up_equals_silu_mul_and_cpu_bitwise) {
 // is a multiple of 16, else the two-step kernel; either way out equals the grouped matmul into gu
 // followed by silu_mul_gate_up on the GPU, bit for bit, with guards around out. Qwen3-30B-A3B's expert
 // shape at 8, 64 and 512 rows (batch 1, 8 and 64 of top-8: 4, 2 and 1 warps per tile, 8 to 32 rows
-// per pass), a half of 3 tiles (an idle pair slot) and one the fused kernel declines (n_ff 40).
+// per pass), a half of 3 tiles (an idle pair slot) and one the fused kernel declines (n_ff 40). Both
+// ops with offsets_early give the same bits.
 TEST(moe_fused_gpu, moe_matmul_silu_equals_two_step_bitwise) {
     rng r(703);
     const case_t cases[] = {{16, 8, 768, 2048}, {16, 64, 768, 2048}, {128, 512, 768, 2048}, {8, 17, 48, 528},
@@ -170,6 +171,14 @@ TEST(moe_fused_gpu, moe_matmul_silu_equals_two_step_bitwise) {
         EXPECT_TRUE(ok) << "guard bytes overwritten: " << vars;
         moe_matmul(gpu_be(), x, p.stacked, off, gu, matmul_mode::W4A16);
         gpu_be().silu_mul_gate_up(gu, want);
+        // offsets_early (the offsets were uploaded before any of these launches): the grouped
+        // kernel finds its work before its PDL wait; the same bits, fused and plain.
+        tensor early_out = gpu_be().alloc(dtype::BF16, {c.rows, c.ff}), early_gu = gpu_be().alloc(dtype::BF16, {c.rows, 2 * c.ff});
+        moe_matmul_silu(gpu_be(), x, p.stacked, off, gu, early_out, matmul_mode::W4A16, true);
+        moe_matmul(gpu_be(), x, p.stacked, off, early_gu, matmul_mode::W4A16, true);
+        tensor he = to_host(early_out), hgu = to_host(gu), hegu = to_host(early_gu);
+        EXPECT_EQ(0, std::memcmp(he.data, got.data, he.nbytes())) << vars << ": offsets_early changed moe_matmul_silu";
+        EXPECT_EQ(0, std::memcmp(hegu.data, hgu.data, hgu.nbytes())) << vars << ": offsets_early changed moe_matmul";
         tensor hw = to_host(want);
         int nonzero = 0;
         for (int64_t i = 0; i < hw.numel(); ++i) nonzero += hw.ptr<uint16_t>()[i] != 0;

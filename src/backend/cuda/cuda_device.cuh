@@ -105,7 +105,9 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // before pdl_wait() a kernel may read only what no kernel of the step writes: prepared weights, the
 // step's metadata (positions, slot mapping, block tables: uploaded before the step's first
 // kernel), and KV rows of earlier positions (the W4A16 matmuls stream their weights, the decode
-// attention prefetches its K/V rows and qkv_rope_store builds its cos/sin table there).
+// attention prefetches its K/V rows and qkv_rope_store builds its cos/sin table there) — and what a
+// caller promises was written two or more launches back (moe_matmul_args::offsets_early: the
+// grouped matmuls find their work items there).
 // pdl_trigger() lets the next PDL kernel start launching (call it right after pdl_wait(): the next
 // kernel waits in turn). Not earlier: triggering first thing lets a matmul launch while the previous
 // matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
