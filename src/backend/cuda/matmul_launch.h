@@ -75,6 +75,9 @@ struct w4a16_sm80_workspace {
     size_t cublas_bytes = 0;
 };
 constexpr int64_t W4A16_SM80_SMALL_M_MAX = 64;
+// The fused matmul_silu form runs up to this many rows (more: matmul + silu_mul_gate_up; on an
+// H100 the fused form measured 1.5 % slower at batch 64 of Llama-3.1-8B, docs/perf.md).
+constexpr int64_t W4A16_SILU_M_MAX = 16;
 constexpr int64_t W4A16_RUN_M_MAX = 16;  // the balanced-run small-M kernel (version 2) takes m ≤ this
 
 // Small-M kernel variants (the bench and tests compare them; the defaults are what the launcher
@@ -89,7 +92,7 @@ struct w4a16_small_config {
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
     int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
                            // before the previous kernel ends; the kernels wait before reading x)
-    int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1 only; n = 2·silu_n_ff, silu_n_ff % 16 == 0):
+    int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1, m ≤ W4A16_SILU_M_MAX; n = 2·silu_n_ff, silu_n_ff % 16 == 0):
                            // out is [m, silu_n_ff] = silu(x·gateᵀ) · (x·upᵀ), each half rounded to
                            // bf16 first (the two-step bits when the plain matmul runs version 1)
 };

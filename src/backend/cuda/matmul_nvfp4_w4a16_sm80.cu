@@ -7,7 +7,7 @@
 // shape: v1 (row block × split-K over 512-k groups) and v2 (equal runs of (row block, group) units
 // over one wave); split row blocks are reduced in a fixed order by the last CTA (integer counter;
 // no float atomics). 17..64 rows: v1. M > 64: matmul_nvfp4_w4a16_large_sm80.cu (dequant +
-// cuBLASLt). Also "matmul_silu" (the fused gate/up stage, m ≤ 64): version 1 with gate and up
+// cuBLASLt). Also "matmul_silu" (the fused gate/up stage, m ≤ 16): version 1 with gate and up
 // tiles paired in one CTA and silu(gate) · up in the epilogue (docs/cuda-backend.md). Measurements
 // and what limits it: docs/perf.md.
 #include <cuda_bf16.h>
@@ -743,10 +743,10 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     p.n_ff = int(cfg.silu_n_ff);
     p.alpha = w.scale_global * 256.0f;
     TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff > 0 && cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff &&
-                                       cfg.version != 2),
+                                       cfg.version != 2 && m <= W4A16_SILU_M_MAX),
                 "matmul_nvfp4_w4a16_sm80: matmul_silu takes a stacked [2·n_ff, k] weight with n_ff %% 16 == 0 on "
-                "version 1; got n = %lld, n_ff = %lld, version %d",
-                (long long)w.n, (long long)cfg.silu_n_ff, cfg.version);
+                "version 1, m <= %lld; got n = %lld, n_ff = %lld, version %d, m = %lld",
+                (long long)W4A16_SILU_M_MAX, (long long)w.n, (long long)cfg.silu_n_ff, cfg.version, (long long)m);
     if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
         const run_plan rp = plan_runs(d, sm_count, cfg);
         TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
@@ -767,9 +767,7 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     const bool pdl = cfg.pdl != 0;
     if (p.n_ff > 0) {
         if (m <= 8) launch_small<1, true>(p, pl, s, pdl);
-        else if (m <= 16) launch_small<2, true>(p, pl, s, pdl);
-        else if (m <= 32) launch_small<4, true>(p, pl, s, pdl);
-        else launch_small<8, true>(p, pl, s, pdl);
+        else launch_small<2, true>(p, pl, s, pdl);
         return;
     }
     if (m <= 8) launch_small<1>(p, pl, s, pdl);
@@ -897,14 +895,14 @@ void launch_w4a16_sm80(backend& be, const matmul_args& a) {
 }
 
 // matmul_silu on the small-M kernel (version 1 with the gate/up pairing, silu in the epilogue):
-// W4A16 on the packed stacked weight, m ≤ 64, n_ff a multiple of 16 (the up half starts on a tile).
+// W4A16 on the packed stacked weight, m ≤ 16, n_ff a multiple of 16 (the up half starts on a tile).
 std::string accepts_silu_w4a16_sm80(const matmul_silu_args& a) {
     if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
     std::string why = accepts_w4a16_sm80(a.mm);
     if (!why.empty()) return why;
-    if (a.mm.m > W4A16_SM80_SMALL_M_MAX)
-        return "m = " + std::to_string(a.mm.m) + " > " + std::to_string(W4A16_SM80_SMALL_M_MAX) +
-               " (prefill: the two-step kernel)";
+    if (a.mm.m > W4A16_SILU_M_MAX)
+        return "m = " + std::to_string(a.mm.m) + " > " + std::to_string(W4A16_SILU_M_MAX) +
+               " (the two-step kernel: on an H100 the fused form was slower at m = 64)";
     if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
     if (a.out.type != dtype::BF16) return "needs a bf16 out";
     return "";

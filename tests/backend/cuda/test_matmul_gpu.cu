@@ -568,19 +568,19 @@ TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
 // bf16 rounding only for values within a few f32 ulp of a rounding boundary (≈ 2^-14 of them), so
 // every element must be within one bf16 ulp and at most 1 in 1000 may differ at all. Shapes: n_ff
 // not a multiple of 64 (a CTA with idle pairs), k not a multiple of 512; 1 SM (one split: the
-// epilogue exchange) and the real SM count (split-K: the reduction). Rows of m = 16 equal the row
-// alone bitwise, and two launches are identical.
+// epilogue exchange) and the real SM count (split-K: the reduction); m ≤ W4A16_SILU_M_MAX (16).
+// Rows of m = 16 equal the row alone bitwise, and two launches are identical.
 TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
     uint32_t seed = 900;
     const shape shapes[] = {{16, 80}, {48, 4112}, {80, 1040}, {272, 2064}, {1024, 576}};  // n_ff, k
     for (const shape& s : shapes) {
         host_weight hw = random_weight(2 * s.n, s.k, seed++);
         std::vector<float> wf = dequant_host(hw);
-        dev_weight dw(hw, 64);
-        std::vector<uint16_t> x64 = random_bf16(64 * s.k, seed++);
+        dev_weight dw(hw, 16);
+        std::vector<uint16_t> x64 = random_bf16(16 * s.k, seed++);
         for (int sms : {1, sm_count()}) {
             std::vector<uint16_t> out16;
-            for (int64_t m : {1, 3, 16, 17, 64}) {
+            for (int64_t m : {1, 3, 9, 16}) {
                 std::string what = "n_ff=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" +
                                    std::to_string(m) + " sms=" + std::to_string(sms);
                 std::vector<uint16_t> x(x64.begin(), x64.begin() + m * s.k);
@@ -611,7 +611,7 @@ TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
     }
 }
 
-// Through the backend: matmul_silu selects the fused kernel for m ≤ 64 and the two-step kernel
+// Through the backend: matmul_silu selects the fused kernel for m ≤ 16 and the two-step kernel
 // beyond; on a shape where the plain matmul runs version 1 (asserted), the fused result equals
 // backend::matmul + silu_mul_gate_up on the GPU bit for bit (same rounding, same silu_times).
 TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
@@ -625,7 +625,7 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
     lw.codes = tensor::view(dtype::U8, {hw.n, hw.k / 2}, hw.codes.data());
     lw.scales = tensor::view(dtype::E4M3, {hw.n, hw.k / 16}, hw.scales.data());
     linear_weight dw = be->prepare_linear(lw);
-    for (int64_t m : {1, 5, 16, 64, 65, 130}) {
+    for (int64_t m : {1, 5, 16, 17, 64, 130}) {
         std::vector<uint16_t> x = random_bf16(m * k, 40 + uint32_t(m));
         tensor xd = be->upload(tensor::view(dtype::BF16, {m, k}, x.data()));
         tensor gu = be->alloc(dtype::BF16, {m, 2 * n_ff}), a = be->alloc(dtype::BF16, {m, n_ff}),
@@ -635,7 +635,7 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
         args.mm.act = dtype::BF16, args.mm.align = 256, args.mm.x = xd, args.mm.out = gu, args.mm.w = &dw;
         args.mm.m = m, args.mm.n = 2 * n_ff, args.mm.k = k;
         std::string sel = kernel_registry::instance().select("matmul_silu", be->device(), args).name;
-        EXPECT_EQ(sel, m <= cuda::W4A16_SM80_SMALL_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80" : "matmul_silu_two_step_cuda")
+        EXPECT_EQ(sel, m <= cuda::W4A16_SILU_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80" : "matmul_silu_two_step_cuda")
             << "m=" << m;
         be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
         be->matmul(xd, dw, gu, matmul_mode::W4A16);
