@@ -156,6 +156,16 @@ inline bool handles(const kernel_entry& k, dtype act) {
            std::find(k.req.act_dtypes.begin(), k.req.act_dtypes.end(), act) != k.req.act_dtypes.end();
 }
 
+// The message of the tetra::error f throws ("" if it returns normally).
+inline std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const error& e) {
+        return std::string(e.what());
+    }
+    return std::string();
+}
+
 inline backend& cpu_be() {
     static std::unique_ptr<backend> be = make_cpu_backend();
     return *be;

@@ -267,19 +267,11 @@ TEST(backend_ops, matmul_mode_errors) {
     tensor x = random_tensor(r, dtype::F32, {2, 32});
     nvfp4_w q = random_nvfp4(r, 4, 32, 1.0f);
     guarded out = make_guarded(dtype::F32, {2, 4});
-    auto err = [&](const std::function<void()>& f) {
-        try {
-            f();
-        } catch (const error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
-    EXPECT_NE(err([&] { cpu_be().matmul(x, q.w, out.view, matmul_mode::W4A4); }).find("mode w4a4 needs"), std::string::npos);
-    EXPECT_NE(err([&] { cpu_be().matmul(x, q.w, out.view, matmul_mode::DENSE); }).find("mode dense needs a dense weight"),
+    EXPECT_NE(error_of([&] { cpu_be().matmul(x, q.w, out.view, matmul_mode::W4A4); }).find("mode w4a4 needs"), std::string::npos);
+    EXPECT_NE(error_of([&] { cpu_be().matmul(x, q.w, out.view, matmul_mode::DENSE); }).find("mode dense needs a dense weight"),
               std::string::npos);
     tensor x2 = random_tensor(r, dtype::F32, {2, 31});
-    EXPECT_EQ(err([&] { cpu_be().matmul(x2, q.w, out.view); }), "matmul: x [2, 31] has K = 31; the weight expects n_in = 32");
+    EXPECT_EQ(error_of([&] { cpu_be().matmul(x2, q.w, out.view); }), "matmul: x [2, 31] has K = 31; the weight expects n_in = 32");
     // A dense weight runs dense whatever NVFP4 mode is requested (one mode for all linears).
     linear_weight dw;
     dw.n_out = 4, dw.n_in = 32, dw.dense = random_tensor(r, dtype::F32, {4, 32});
@@ -290,7 +282,7 @@ TEST(backend_ops, matmul_mode_errors) {
         EXPECT_EQ(compare(to_double(o.view), ref, 1e-10), "") << matmul_mode_name(md);
     }
     q.w.scales = tensor::view(dtype::F32, {4, 2}, q.scales.data());
-    EXPECT_EQ(err([&] { cpu_be().matmul(x, q.w, out.view); }), "matmul: 'w.scales' has dtype f32; expected e4m3");
+    EXPECT_EQ(error_of([&] { cpu_be().matmul(x, q.w, out.view); }), "matmul: 'w.scales' has dtype f32; expected e4m3");
 }
 
 // matmul_silu (the fused gate/up stage): on the CPU, out = silu(gate) · up of the matmul into gu,
@@ -318,20 +310,12 @@ TEST(backend_ops, matmul_silu) {
                     }
                 EXPECT_EQ(compare(o, want, xt == dtype::F32 ? 1e-10 : 1e-4), "") << vars;
             }
-    auto err = [&](const std::function<void()>& f) {
-        try {
-            f();
-        } catch (const error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
     tensor x = random_tensor(r, dtype::F32, {2, 32});
     nvfp4_w odd = random_nvfp4(r, 5, 32, 1.0f), q = random_nvfp4(r, 8, 32, 1.0f);
     tensor gu = tensor::alloc(dtype::F32, {2, 8}), out = tensor::alloc(dtype::F32, {2, 4});
-    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, odd.w, gu, out); }).find("expected an even number"), std::string::npos);
+    EXPECT_NE(error_of([&] { cpu_be().matmul_silu(x, odd.w, gu, out); }).find("expected an even number"), std::string::npos);
     tensor bad = tensor::alloc(dtype::F32, {2, 5});
-    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, q.w, gu, bad); }).find("'out'"), std::string::npos);
+    EXPECT_NE(error_of([&] { cpu_be().matmul_silu(x, q.w, gu, bad); }).find("'out'"), std::string::npos);
     tensor gu_front = tensor_reshape(tensor_rows(tensor_reshape(gu, {16}), 0, 8), {2, 4});
-    EXPECT_NE(err([&] { cpu_be().matmul_silu(x, q.w, gu, gu_front); }).find("must not overlap"), std::string::npos);
+    EXPECT_NE(error_of([&] { cpu_be().matmul_silu(x, q.w, gu, gu_front); }).find("must not overlap"), std::string::npos);
 }

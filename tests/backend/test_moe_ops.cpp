@@ -361,21 +361,13 @@ TEST(moe_ops, matmul_silu) {
             EXPECT_EQ(compare(g, ref, xt == dtype::F32 ? 1e-12 : 2e-5), "") << vars;
             EXPECT_EQ(compare(o, want, xt == dtype::F32 ? 1e-12 : 2e-5), "") << vars;
         }
-    auto err = [&](const std::function<void()>& f) {
-        try {
-            f();
-        } catch (const error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
     experts_t odd = random_experts(r, 2, 5, 32, true, dtype::BF16, false), ex = random_experts(r, 2, 8, 32, true, dtype::BF16, false);
     tensor x = random_tensor(r, dtype::F32, {2, 32}), offsets = i32_tensor({0, 1, 2});
     tensor gu5 = tensor::alloc(dtype::F32, {2, 5}), gu = tensor::alloc(dtype::F32, {2, 8}), out = tensor::alloc(dtype::F32, {2, 4});
-    EXPECT_NE(err([&] { moe_matmul_silu(cpu_be(), x, odd.w, offsets, gu5, out); }).find("expected an even number"),
+    EXPECT_NE(error_of([&] { moe_matmul_silu(cpu_be(), x, odd.w, offsets, gu5, out); }).find("expected an even number"),
               std::string::npos);
     tensor inside = tensor_reshape(tensor_rows(tensor_reshape(gu, {16}), 0, 8), {2, 4});
-    EXPECT_NE(err([&] { moe_matmul_silu(cpu_be(), x, ex.w, offsets, gu, inside); }).find("must not overlap"),
+    EXPECT_NE(error_of([&] { moe_matmul_silu(cpu_be(), x, ex.w, offsets, gu, inside); }).find("must not overlap"),
               std::string::npos);
 }
 

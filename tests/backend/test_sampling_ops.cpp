@@ -9,18 +9,6 @@
 using namespace tetra;
 using namespace tetra_test;
 
-namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const error& e) {
-        return e.what();
-    }
-    return "";
-}
-
-}  // namespace
 
 TEST(sampling_ops, validation_names_the_culprit) {
     tensor logits = tensor::alloc(dtype::F32, {2, 10});

@@ -353,17 +353,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
         for (int e = threadIdx.x; e < ROWS_PER_CTA * mq; e += THREADS) {
             int n = nb + e / mq, m0 = 4 * (e % mq);
             if (n >= p.n) continue;
-            const float4* src = reinterpret_cast<const float4*>(p.partial + size_t(n) * mp + m0);
-            const size_t stride = size_t(n_pad) * mp / 4;
-            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int sp = 0; sp < p.splits; sp += 8) {
-                float4 v[8];
-#pragma unroll
-                for (int u = 0; u < 8; ++u) v[u] = sp + u < p.splits ? __ldcg(src + (sp + u) * stride) : make_float4(0, 0, 0, 0);
-#pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    if (sp + u < p.splits) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
-            }
+            const float4 sum = sum_splits(p, n, m0, n_pad, mp);
             const float r[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
             for (int j = 0; j < 4; ++j)
