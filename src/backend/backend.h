@@ -170,7 +170,8 @@ class backend {
     void silu_mul_gate_up(const tensor& gate_up, const tensor& out);
     // matmul(x, gate_up, gu, mode) then silu_mul_gate_up(gu, out) as one op ("matmul_silu"): a
     // kernel may fuse the two (the CUDA W4A16 decode kernel does, without writing gu); the result is
-    // the two-step result. gate_up: the stacked [gate; up] weight [2·n_ff, K]; x: [M, K] act;
+    // the two-step result within the matmul's tolerance (bit for bit where both sum k in the same
+    // order: docs/cuda-backend.md). gate_up: the stacked [gate; up] weight [2·n_ff, K]; x: [M, K] act;
     // gu: [M, 2·n_ff] act scratch; out: [M, n_ff] act (must not overlap gu or x)
     void matmul_silu(const tensor& x, const linear_weight& gate_up, const tensor& gu, const tensor& out,
                      matmul_mode mode = matmul_mode::AUTO);

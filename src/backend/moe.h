@@ -55,7 +55,8 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
 
 // The experts' fused gate/up stage as one op ("moe_matmul_silu"): moe_matmul(x, gate_up, offsets,
 // gu, mode), then silu_mul_gate_up(gu, out). A kernel may fuse the two (the CUDA grouped mma kernel
-// does, without writing gu); the result is the two-step result. gate_up: every expert's stacked
+// does, without writing gu); the result is the two-step result bit for bit (both use the same
+// grouped kernel plan). gate_up: every expert's stacked
 // [gate; up] weight [2·n_ff, K]; gu: [n_rows, 2·n_ff] act scratch; out: [n_rows, n_ff] act (x, gu
 // and out must not overlap).
 void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
@@ -97,8 +98,10 @@ struct moe_matmul_args : op_args {
     const std::vector<linear_weight>* experts = nullptr;
     int64_t n_rows = 0, n = 0, k = 0;
     // The caller's promise that expert_offsets was written two or more kernel launches before this
-    // one on the backend's stream (the model: route_permute, get_rows, then the grouped matmuls), so
-    // a PDL kernel may read it before waiting for the previous kernel. Never needed for correctness.
+    // one on the backend's stream (the model: route_permute, get_rows, then the grouped matmuls), with
+    // only kernels between that call pdl_wait() before pdl_trigger() (cuda_device.cuh: every tetra
+    // kernel does), so a PDL kernel may read it before waiting for the previous kernel. A false
+    // promise is a silent race (stale offsets: wrong rows); false is always safe, only slower.
     bool offsets_early = false;
 };
 

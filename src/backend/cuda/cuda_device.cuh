@@ -26,8 +26,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
 // silu(gate) · up = gate / (1 + exp(−gate)) · up in f32 (expf, not __expf: the CPU oracle uses
-// std::exp), rounded once to T: silu_mul_sm80's element and the fused matmul_silu epilogue's, so the
-// fused and two-step results are the same bits.
+// std::exp), rounded once to T: silu_mul_sm80's element and the fused matmul_silu epilogues', so a
+// fused result equals the two-step one bit for bit wherever the two matmuls sum k in the same order.
 template <class T>
 __device__ __forceinline__ T silu_times(T gate, T up) {
     float g = to_f32(gate);
@@ -109,7 +109,8 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // caller promises was written two or more launches back (moe_matmul_args::offsets_early: the
 // grouped matmuls find their work items there).
 // pdl_trigger() lets the next PDL kernel start launching (call it right after pdl_wait(): the next
-// kernel waits in turn). Not earlier: triggering first thing lets a matmul launch while the previous
+// kernel waits in turn). Never before it: that would break the two-launches rule above, which
+// moe_matmul_args::offsets_early relies on for correctness, not only for speed. Not earlier: triggering first thing lets a matmul launch while the previous
 // matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
 // slower; docs/perf.md). Both are no-ops below sm_90 and when the kernel was launched without the
 // attribute.

@@ -11,8 +11,9 @@
 // accumulators; then slices 0..3 in order) depends only on k, whatever KS, and an MMA column
 // depends only on its own B column.
 // Launched with programmatic dependent launch (sm_90+): the CTAs are resident before the previous
-// kernel (the gather, the gate/up matmul) ends; everything they read depends on it, so they wait
-// first. Also "moe_matmul_silu" (SILU instances): gate and up tiles of the same rows paired in one
+// kernel (the gather, the gate/up matmul) ends; x depends on it, so x is read after the wait, and so
+// are the offsets unless the caller promises they are older (offsets_early: then the work item, its
+// expert and the first weight steps are found and requested before the wait). Also "moe_matmul_silu" (SILU instances): gate and up tiles of the same rows paired in one
 // CTA, silu(gate) · up written from the slice reduction; bit-identical to the two-step path.
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
@@ -431,7 +432,7 @@ void moe_silu_mma_launch(backend& be, const moe_matmul_silu_args& a) { mma_launc
 
 // Any mode: the registry's grouped matmul into gu, then silu_mul_gate_up.
 void moe_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
-    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode);
+    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode, a.mm.offsets_early);
     be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
