@@ -117,6 +117,11 @@ void check_rank(const tensor& t, int rank, const char* op, const char* name) {
     TETRA_CHECK(t.rank() == rank, "%s: '%s' has shape %s; expected rank %d", op, name, t.shape_str().c_str(), rank);
 }
 
+bool disjoint(const tensor& a, const tensor& b) {
+    const uint8_t *a0 = static_cast<const uint8_t*>(a.data), *b0 = static_cast<const uint8_t*>(b.data);
+    return a.numel() == 0 || b.numel() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
+}
+
 int64_t ptr_align(std::initializer_list<const tensor*> ts) {
     uintptr_t bits = 256;
     for (const tensor* t : ts) bits |= reinterpret_cast<uintptr_t>(t->data);
@@ -418,9 +423,7 @@ void backend::silu_mul_gate_up(const tensor& gate_up, const tensor& out) {
                 gate_up.shape_str().c_str(), (long long)gate_up.dim(1));
     const int64_t n_ff = gate_up.dim(1) / 2;
     check_shape(out, {gate_up.dim(0), n_ff}, op, "out");
-    const uint8_t *g0 = static_cast<const uint8_t*>(gate_up.data), *o0 = static_cast<const uint8_t*>(out.data);
-    TETRA_CHECK(gate_up.numel() == 0 || o0 + out.nbytes() <= g0 || g0 + gate_up.nbytes() <= o0,
-                "%s: 'out' overlaps 'gate_up'; the fused form needs a separate output", op);
+    TETRA_CHECK(disjoint(out, gate_up), "%s: 'out' overlaps 'gate_up'; the fused form needs a separate output", op);
     silu_mul_args a;
     a.act = gate_up.type, a.gate = gate_up, a.out = out, a.n_ff = n_ff;
     run_op(*this, op, a, {&gate_up, &out});
@@ -440,11 +443,7 @@ void backend::matmul_silu(const tensor& x, const linear_weight& gate_up, const t
     const int64_t n_ff = gate_up.n_out / 2;
     check_shape(gu, {x.dim(0), gate_up.n_out}, op, "gu"), check_shape(out, {x.dim(0), n_ff}, op, "out");
     check_linear(*this, gate_up, mode);
-    const auto apart = [](const tensor& a, const tensor& b) {
-        const uint8_t *a0 = static_cast<const uint8_t*>(a.data), *b0 = static_cast<const uint8_t*>(b.data);
-        return a.numel() == 0 || b.numel() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
-    };
-    TETRA_CHECK(apart(out, gu) && apart(out, x) && apart(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
+    TETRA_CHECK(disjoint(out, gu) && disjoint(out, x) && disjoint(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
     matmul_silu_args a;
     a.act = x.type, a.mode = mode, a.n_ff = n_ff, a.out = out;
     a.mm.act = x.type, a.mm.x = x, a.mm.out = gu, a.mm.w = &gate_up;
@@ -452,6 +451,11 @@ void backend::matmul_silu(const tensor& x, const linear_weight& gate_up, const t
     const tensor& wt = mode == matmul_mode::DENSE ? gate_up.dense : gate_up.codes;
     a.mm.align = op_checks::ptr_align({&x, &gu, &wt});
     run_op(*this, op, a, {&x, &gu, &out, &wt});
+}
+
+void matmul_silu_two_step(backend& be, const matmul_silu_args& a) {
+    be.matmul(a.mm.x, *a.mm.w, a.mm.out, a.mode);
+    be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {

@@ -166,14 +166,15 @@ void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weig
                 "gate and up halves)", op, (long long)a.mm.n);
     a.n_ff = a.mm.n / 2, a.mode = mode, a.out = out, a.act = x.type;
     check_on(be, out, op, "out"), check_dtype(out, x.type, op, "out"), check_shape(out, {x.dim(0), a.n_ff}, op, "out");
-    const auto apart = [](const tensor& p, const tensor& q) {
-        const uint8_t *p0 = static_cast<const uint8_t*>(p.data), *q0 = static_cast<const uint8_t*>(q.data);
-        return p.numel() == 0 || q.numel() == 0 || p0 + p.nbytes() <= q0 || q0 + q.nbytes() <= p0;
-    };
-    TETRA_CHECK(apart(out, gu) && apart(out, x) && apart(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
+    TETRA_CHECK(disjoint(out, gu) && disjoint(out, x) && disjoint(gu, x), "%s: 'x', 'gu' and 'out' must not overlap", op);
     const tensor& wt = mode == matmul_mode::DENSE ? gate_up[0].dense : gate_up[0].codes;
     a.mm.align = op_checks::ptr_align({&x, &gu, &wt});
     run_op(be, op, a, {&x, &gu, &expert_offsets, &out, &wt});
+}
+
+void moe_matmul_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
+    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode, a.mm.offsets_early);
+    be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
 void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights, const tensor& out,

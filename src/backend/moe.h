@@ -113,6 +113,9 @@ struct moe_matmul_silu_args : op_args {
     matmul_mode mode = matmul_mode::W4A16;
     int64_t n_ff = 0;
 };
+// moe_matmul_silu as its two ops through the registry (moe_matmul into gu, then silu_mul_gate_up):
+// the CPU kernel (the oracle) and every backend's fallback kernel (moe.cpp).
+void moe_matmul_silu_two_step(backend& be, const moe_matmul_silu_args& a);
 
 // "moe_combine"
 struct moe_combine_args : op_args {

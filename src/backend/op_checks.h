@@ -20,6 +20,8 @@ void check_act(const tensor& t, const char* op, const char* name);
 void check_dtype(const tensor& t, dtype want, const char* op, const char* name);
 void check_shape(const tensor& t, const std::vector<int64_t>& want, const char* op, const char* name);
 void check_rank(const tensor& t, int rank, const char* op, const char* name);
+// a and b share no byte (either may be empty).
+bool disjoint(const tensor& a, const tensor& b);
 // The lowest set bit of the operands' addresses, capped at 256.
 int64_t ptr_align(std::initializer_list<const tensor*> ts);
 // a.align from ts, then the registry's kernel for (op, b's device, a); ts are the op's operands (the

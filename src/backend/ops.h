@@ -66,6 +66,9 @@ struct matmul_silu_args : op_args {
     matmul_mode mode = matmul_mode::W4A16;
     int64_t n_ff = 0;
 };
+// matmul_silu as its two ops through the registry (mm into gu, then silu_mul_gate_up): the CPU
+// kernel (the oracle) and every backend's fallback kernel (backend.cpp).
+void matmul_silu_two_step(backend& be, const matmul_silu_args& a);
 
 // "add". a, b, out: same shape act (flattened: numel)
 struct add_args : op_args { tensor a, b, out; };

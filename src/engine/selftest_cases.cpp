@@ -368,10 +368,16 @@ struct case_builder {
     void moe_matmul_silu_case(int il);  // the experts' fused gate/up + silu (model/moe.cpp)
 };
 
+// The mode a case runs lw in: dense for a dense weight; AUTO → W4A4 with an input scale, else W4A16.
+matmul_mode case_mode(const linear_weight& lw, matmul_mode mode) {
+    if (lw.kind == linear_kind::DENSE) return matmul_mode::DENSE;
+    if (mode == matmul_mode::AUTO) return lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
+    return mode;
+}
+
 const char* matmul_op(const linear_weight& lw, matmul_mode mode) {
     if (lw.kind == linear_kind::DENSE) return "matmul_dense";
-    if (mode == matmul_mode::AUTO) mode = lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
-    return mode == matmul_mode::W4A4 ? "matmul_nvfp4_w4a4" : "matmul_nvfp4_w4a16";
+    return case_mode(lw, mode) == matmul_mode::W4A4 ? "matmul_nvfp4_w4a4" : "matmul_nvfp4_w4a16";
 }
 
 // Rows [0, n) of a host canonical linear weight (views).
@@ -632,10 +638,7 @@ void case_builder::moe_matmul_silu_case(int il) {
     const int64_t n = std::min<int64_t>(w0.n_out, 32), k_in = w0.n_in;
     static const int32_t k_offsets[4][5] = {{0, 7}, {0, 3, 7}, {0, 3, 3, 7}, {0, 3, 3, 5, 7}};
     std::vector<int32_t> offs(k_offsets[n_ex - 1], k_offsets[n_ex - 1] + n_ex + 1);
-    const matmul_mode md = mode == matmul_mode::AUTO ? (w0.kind == linear_kind::DENSE ? matmul_mode::DENSE
-                                                        : w0.has_input_scale        ? matmul_mode::W4A4
-                                                                                    : matmul_mode::W4A16)
-                                                     : mode;
+    const matmul_mode md = case_mode(w0, mode);
     op_case k;
     k.op = "moe_matmul_silu";
     k.label = strfmt("experts silu %s 2x%lldx%lld", w0.kind == linear_kind::DENSE ? "dense" : "nvfp4",
@@ -730,10 +733,7 @@ void case_builder::matmul_silu_case() {
     if (!stack_rows({&g, &u})) return;  // the forward runs matmul + silu_mul (their own cases)
     const int64_t n_ff = g.n_out;
     const std::string op = "matmul_silu";
-    matmul_mode md = mode == matmul_mode::AUTO ? (g.kind == linear_kind::DENSE  ? matmul_mode::DENSE
-                                                  : g.has_input_scale         ? matmul_mode::W4A4
-                                                                              : matmul_mode::W4A16)
-                                               : mode;
+    const matmul_mode md = case_mode(g, mode);
     op_case k;
     k.op = op;
     k.label = strfmt("matmul_silu %s 2x%lldx%lld", g.kind == linear_kind::DENSE ? "dense" : "nvfp4", (long long)n_ff,

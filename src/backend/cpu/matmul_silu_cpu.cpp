@@ -7,13 +7,8 @@
 namespace tetra {
 namespace cpu {
 
-static void matmul_silu_cpu(backend& be, const matmul_silu_args& a) {
-    be.matmul(a.mm.x, *a.mm.w, a.mm.out, a.mode);
-    be.silu_mul_gate_up(a.mm.out, a.out);
-}
-
 void register_matmul_silu(kernel_registry& r) {
-    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_cpu", plain_req(), 0, nullptr, matmul_silu_cpu));
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_cpu", plain_req(), 0, nullptr, matmul_silu_two_step));
 }
 
 }  // namespace cpu

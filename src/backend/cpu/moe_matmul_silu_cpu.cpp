@@ -7,14 +7,9 @@
 namespace tetra {
 namespace cpu {
 
-static void moe_matmul_silu_cpu(backend& be, const moe_matmul_silu_args& a) {
-    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode);
-    be.silu_mul_gate_up(a.mm.out, a.out);
-}
-
 void register_moe_matmul_silu(kernel_registry& r) {
     r.add(make_kernel<moe_matmul_silu_args>("moe_matmul_silu", "moe_matmul_silu_cpu", plain_req(), 0, nullptr,
-                                            moe_matmul_silu_cpu));
+                                            moe_matmul_silu_two_step));
 }
 
 }  // namespace cpu

@@ -911,13 +911,6 @@ void launch_silu_w4a16_sm80(backend& be, const matmul_silu_args& a) {
     matmul_nvfp4_w4a16_sm80_small_launch(a.mm.x.data, a.mm.m, w, a.out.data, ws, sms, s, cfg);
 }
 
-// Any mode, any shape: the registry's matmul into gu, then silu_mul_gate_up (the CPU oracle's
-// sequence, on this backend's kernels).
-void launch_silu_two_step(backend& be, const matmul_silu_args& a) {
-    be.matmul(a.mm.x, *a.mm.w, a.mm.out, a.mode);
-    be.silu_mul_gate_up(a.mm.out, a.out);
-}
-
 // The decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) on the same prepared weight: m ≤ 8 and x
 // small enough to stage in shared memory.
 std::string accepts_w4a16_gemv(const matmul_args& a) {
@@ -956,9 +949,10 @@ void register_matmul_silu_sm80(kernel_registry& r) {
     req.align = 16;
     r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sm80", req, 10, accepts_silu_w4a16_sm80,
                                         launch_silu_w4a16_sm80));
+    // any mode, any shape: the CPU oracle's sequence on this backend's kernels
     r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_two_step_cuda",
                                         cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
-                                        launch_silu_two_step));
+                                        matmul_silu_two_step));
 }
 
 // Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,

@@ -430,12 +430,6 @@ std::string moe_silu_mma_accepts(const moe_matmul_silu_args& a) {
 
 void moe_silu_mma_launch(backend& be, const moe_matmul_silu_args& a) { mma_launch<true>(be, a.mm, a.out.data, a.n_ff); }
 
-// Any mode: the registry's grouped matmul into gu, then silu_mul_gate_up.
-void moe_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
-    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode, a.mm.offsets_early);
-    be.silu_mul_gate_up(a.mm.out, a.out);
-}
-
 }  // namespace
 
 int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count) {
@@ -455,7 +449,7 @@ void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r) {
                                             moe_silu_mma_accepts, moe_silu_mma_launch));
     r.add(make_kernel<moe_matmul_silu_args>("moe_matmul_silu", "moe_matmul_silu_two_step_cuda",
                                             cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
-                                            moe_silu_two_step));
+                                            moe_matmul_silu_two_step));
 }
 
 }  // namespace cuda
