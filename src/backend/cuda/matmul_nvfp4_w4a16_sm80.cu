@@ -9,15 +9,13 @@
 // no float atomics). 17..64 rows: v1. M > 64: matmul_nvfp4_w4a16_large_sm80.cu (dequant +
 // cuBLASLt). Also "matmul_silu" (the fused gate/up stage, m ≤ 16): version 1 with gate and up
 // tiles paired in one CTA and silu(gate) · up in the epilogue (docs/cuda-backend.md). Measurements
-// and what limits it: docs/perf.md.
+// and what limits it: docs/perf.md. The prepare step and registry entries: matmul_nvfp4_w4a16_glue.cpp.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -368,18 +366,28 @@ struct small_plan {
     size_t smem = 0;
 };
 
-// Split-K so that the grid fills at most one wave of 3 CTAs per SM (in the memory-bound regime a
-// partial second wave costs more than longer CTAs; every CTA has the same work). The plan
-// depends only on the weight shape and the SM count, so every row of a batch is summed in the same
-// order whatever m is (m ≤ 16 rows are bit-identical to a batch of one).
+// Split-K: of the split counts whose grid fits one wave of 3 CTAs per SM (in the memory-bound
+// regime a partial second wave costs more than longer CTAs; every CTA has the same work), the one
+// whose busiest SM carries the fewest 512-k groups (CTAs spread breadth-first over the SMs). Ties
+// go to more splits: a CTA's first group streams before its PDL wait, so shorter CTAs overlap more
+// of their weights with the previous kernel (o_proj 4096×4096 as 4 splits of 2 groups: faster
+// alone, but Llama-3.1-8B batch 8 +2.3 % against 8 splits of 1). Llama-3.1-8B's down (28 groups,
+// 32 row blocks, 132 SMs): 4 splits of 7 groups (busiest SM 7) instead of 10 of 3 (busiest 9; the
+// rule before 2026-11-23 took the most splits that fit one wave). The plan depends only on the
+// weight shape and the SM count, so every row of a batch is summed in the same order whatever m is
+// (m ≤ 16 rows are bit-identical to a batch of one).
 small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
     small_plan pl;
     pl.row_blocks = int((d.n_tiles + WARPS - 1) / WARPS);
-    int64_t slots = 3 * int64_t(sm_count);  // resident CTAs of the m ≤ 16 kernels
-    int64_t want = std::max<int64_t>(1, slots / pl.row_blocks);  // never more than one wave
-    int64_t splits = std::min<int64_t>(want, d.k_groups);
-    pl.gps = int((d.k_groups + splits - 1) / splits);
-    pl.splits = int((d.k_groups + pl.gps - 1) / pl.gps);
+    const int64_t sms = std::max(1, sm_count), slots = 3 * sms;  // resident CTAs of the m ≤ 16 kernels
+    int64_t best = -1;
+    for (int64_t gps = 1; gps <= d.k_groups; ++gps) {
+        const int64_t splits = (d.k_groups + gps - 1) / gps, ctas = int64_t(pl.row_blocks) * splits;
+        if (gps > 1 && splits == (d.k_groups + gps - 2) / (gps - 1)) continue;  // same split count, longer CTAs
+        if (ctas > slots && splits > 1) continue;                                  // never more than one wave
+        const int64_t busiest = gps * ((ctas + sms - 1) / sms);
+        if (best < 0 || busiest < best) best = busiest, pl.gps = int(gps), pl.splits = int(splits);
+    }
     pl.smem = RING_BYTES + 2 * size_t(m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
     return pl;
 }
@@ -772,199 +780,6 @@ void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_w
     if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, cfg);
     else matmul_nvfp4_w4a16_sm80_large_launch(x, m, w, out, ws, s);
 }
-
-#ifndef TETRA_MATMUL_STANDALONE  // bench/device_matmul.sh's nvcc-only build: launchers only
-// ---- backend glue: prepare step and registry entry -------------------------------------------
-
-namespace {
-
-// Device buffers holding a re-laid weight, by codes pointer: how accepts() tells a prepared weight
-// from a canonical one (both carry the canonical [n, k/2] / [n, k/16] shapes, so the op wrapper's
-// checks pass). An entry lives as long as the tensor's owner.
-std::mutex packed_mu;
-std::map<const void*, std::pair<int64_t, int64_t>>& packed_set() {
-    static auto* m = new std::map<const void*, std::pair<int64_t, int64_t>>();
-    return *m;
-}
-
-// The uploaded bytes of `buf`, shaped `shape` (a prefix view of the packed buffer), unregistered
-// from packed_set() when the last copy of the returned tensor dies.
-tensor packed_view(const tensor& buf, dtype t, std::vector<int64_t> shape, bool track, int64_t n, int64_t k) {
-    tensor v = buf;
-    v.type = t, v.shape = std::move(shape);
-    if (track) {
-        const void* key = buf.data;
-        {
-            std::lock_guard<std::mutex> lock(packed_mu);
-            packed_set()[key] = {n, k};
-        }
-        std::shared_ptr<void> keep = buf.owner;
-        v.owner = std::shared_ptr<void>(buf.data, [keep, key](void*) mutable {
-            std::lock_guard<std::mutex> lock(packed_mu);
-            packed_set().erase(key);
-            keep.reset();
-        });
-    }
-    return v;
-}
-
-}  // namespace
-
-linear_weight matmul_nvfp4_w4a16_sm80_prepare(backend& be, const linear_weight& host) {
-    TETRA_CHECK(host.kind == linear_kind::NVFP4 && host.codes.device == device_kind::CPU &&
-                    host.scales.device == device_kind::CPU,
-                "matmul_nvfp4_w4a16_sm80: prepare expects a host NVFP4 weight");
-    w4a16_sm80_dims d = w4a16_sm80_dims_of(host.n_out, host.n_in);
-    TETRA_CHECK(host.codes.nbytes() == size_t(host.n_out * host.n_in / 2) &&
-                    host.scales.nbytes() == size_t(host.n_out * host.n_in / 16),
-                "matmul_nvfp4_w4a16_sm80: weight [%lld, %lld]: codes %s / scales %s do not match [n, k/2] / [n, k/16]",
-                (long long)host.n_out, (long long)host.n_in, host.codes.shape_str().c_str(),
-                host.scales.shape_str().c_str());
-    std::vector<uint8_t> pc(d.codes_bytes), ps(d.scales_bytes);
-    w4a16_sm80_pack(host.codes.ptr<uint8_t>(), static_cast<const uint8_t*>(host.scales.data), host.n_out,
-                    host.n_in, pc.data(), ps.data());
-    tensor dc = be.upload(tensor::view(dtype::U8, {int64_t(pc.size())}, pc.data()));
-    tensor ds = be.upload(tensor::view(dtype::U8, {int64_t(ps.size())}, ps.data()));
-    be.synchronize();  // the host buffers die here
-    linear_weight w = host;
-    w.codes = packed_view(dc, dtype::U8, {host.n_out, host.n_in / 2}, true, host.n_out, host.n_in);
-    w.scales = packed_view(ds, dtype::E4M3, {host.n_out, host.n_in / 16}, false, 0, 0);
-    return w;
-}
-
-std::string w4a16_sm80_weight_why_not(const linear_weight& w) {
-    if (w.kind != linear_kind::NVFP4) return "weight is not NVFP4";
-    std::lock_guard<std::mutex> lock(packed_mu);
-    auto it = packed_set().find(w.codes.data);
-    if (it == packed_set().end() || it->second != std::make_pair(w.n_out, w.n_in))
-        return "weight is not in the sm80 packed layout (prepare_linear did not re-lay it)";
-    return "";
-}
-
-namespace {
-
-// Split-K counters must stay zero between launches, so they live outside the shared scratch:
-// one zeroed buffer per (device, stream), grown before use (a growth synchronizes the stream).
-int* counters_for(cudaStream_t s, size_t count) {
-    static std::mutex mu;
-    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<int*, size_t>>();
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    auto& b = (*bufs)[{dev, s}];
-    if (b.second < count) {
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        if (b.first) CUDA_CHECK(cudaFree(b.first));
-        CUDA_CHECK(cudaMalloc(&b.first, count * sizeof(int)));
-        CUDA_CHECK(cudaMemset(b.first, 0, count * sizeof(int)));
-        b.second = count;
-    }
-    return b.first;
-}
-
-std::string accepts_w4a16_sm80(const matmul_args& a) {
-    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
-    std::string why = w4a16_sm80_weight_why_not(*a.w);
-    if (!why.empty()) return why;
-    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.m > INT32_MAX / 2) return "shape too large for int indexing";
-    return "";
-}
-
-void launch_w4a16_sm80(backend& be, const matmul_args& a) {
-    cudaStream_t s = stream_of(be);
-    int sms = be.device().sm_count;
-    w4a16_sm80_workspace ws = w4a16_sm80_workspace_need(a.m, a.n, a.k, sms);
-    size_t part = (ws.partial_bytes + 255) / 256 * 256, deq = (ws.dequant_bytes + 255) / 256 * 256;
-    char* base = static_cast<char*>(scratch(be, std::max<size_t>(1, part + deq + ws.cublas_bytes)));
-    ws.partial = base, ws.dequant = base + part, ws.cublas = base + part + deq;
-    ws.counters = ws.counter_count ? counters_for(s, ws.counter_count) : nullptr;
-    w4a16_sm80_weight w{a.w->codes.data, a.w->scales.data, a.n, a.k, a.w->scale_global};
-    w4a16_small_config cfg;
-    cfg.pdl = pdl_enabled(be) ? 1 : 0;
-    matmul_nvfp4_w4a16_sm80_launch(a.x.data, a.m, w, a.out.data, ws, sms, s, cfg);
-}
-
-// matmul_silu on the small-M kernel (version 1 with the gate/up pairing, silu in the epilogue):
-// W4A16 on the packed stacked weight, m ≤ 16, n_ff a multiple of 16 (the up half starts on a tile).
-std::string accepts_silu_w4a16_sm80(const matmul_silu_args& a) {
-    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
-    std::string why = accepts_w4a16_sm80(a.mm);
-    if (!why.empty()) return why;
-    if (a.mm.m > W4A16_SILU_M_MAX)
-        return "m = " + std::to_string(a.mm.m) + " > " + std::to_string(W4A16_SILU_M_MAX) +
-               " (the two-step kernel: on an H100 the fused form was slower at m = 64)";
-    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
-    if (a.out.type != dtype::BF16) return "needs a bf16 out";
-    return "";
-}
-
-void launch_silu_w4a16_sm80(backend& be, const matmul_silu_args& a) {
-    cudaStream_t s = stream_of(be);
-    int sms = be.device().sm_count;
-    w4a16_sm80_workspace ws = w4a16_sm80_workspace_need(a.mm.m, a.mm.n, a.mm.k, sms);
-    ws.partial = scratch(be, std::max<size_t>(1, ws.partial_bytes));
-    ws.counters = ws.counter_count ? counters_for(s, ws.counter_count) : nullptr;
-    w4a16_sm80_weight w{a.mm.w->codes.data, a.mm.w->scales.data, a.mm.n, a.mm.k, a.mm.w->scale_global};
-    w4a16_small_config cfg;
-    cfg.version = 1, cfg.silu_n_ff = a.n_ff;
-    cfg.pdl = pdl_enabled(be) ? 1 : 0;
-    matmul_nvfp4_w4a16_sm80_small_launch(a.mm.x.data, a.mm.m, w, a.out.data, ws, sms, s, cfg);
-}
-
-// The decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) on the same prepared weight: m ≤ 8 and x
-// small enough to stage in shared memory.
-std::string accepts_w4a16_gemv(const matmul_args& a) {
-    if (!w4a16_gemv_fits(a.m, a.k))
-        return "x [" + std::to_string(a.m) + ", " + std::to_string(a.k) + "]: the decode kernel takes m ≤ " +
-               std::to_string(W4A16_GEMV_M_MAX) + " rows of ≤ " + std::to_string(W4A16_GEMV_X_SMEM_MAX) +
-               " bytes together (the sm80 kernel takes it)";
-    std::string why = accepts_w4a16_sm80(a);
-    if (!why.empty()) return why;
-    if ((a.n + 15) / 16 * ((a.k + 63) / 64) >= (int64_t(1) << 30)) return "weight too large for the decode kernel";
-    return "";
-}
-
-void launch_w4a16_gemv(backend& be, const matmul_args& a) {
-    cudaStream_t s = stream_of(be);
-    int sms = be.device().sm_count;
-    w4a16_gemv_plan pl = w4a16_gemv_plan_of(a.n, a.k, sms);
-    w4a16_sm80_workspace ws;
-    ws.partial = scratch(be, std::max<size_t>(1, pl.partial_bytes)), ws.partial_bytes = pl.partial_bytes;
-    ws.counters = counters_for(s, pl.counter_count), ws.counter_count = pl.counter_count;
-    w4a16_sm80_weight w{a.w->codes.data, a.w->scales.data, a.n, a.k, a.w->scale_global};
-    matmul_nvfp4_w4a16_gemv_launch(a.x.data, a.m, w, a.out.data, ws, sms, s);
-}
-
-}  // namespace
-
-void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", req, 10, accepts_w4a16_sm80,
-                                   launch_w4a16_sm80));
-}
-
-void register_matmul_silu_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sm80", req, 10, accepts_silu_w4a16_sm80,
-                                        launch_silu_w4a16_sm80));
-    // any mode, any shape: the CPU oracle's sequence on this backend's kernels
-    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_two_step_cuda",
-                                        cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
-                                        matmul_silu_two_step));
-}
-
-// Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,
-// 2026-11-22), so it runs only when forced (TETRA_KERNEL=matmul_nvfp4_w4a16:matmul_nvfp4_w4a16_gemv_sm80).
-void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_gemv_sm80", req, 5, accepts_w4a16_gemv,
-                                   launch_w4a16_gemv));
-}
-
-#endif  // TETRA_MATMUL_STANDALONE
 
 }  // namespace cuda
 }  // namespace tetra
