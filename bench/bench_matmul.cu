@@ -8,7 +8,7 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --large | --hot | --pattern | --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -394,6 +394,42 @@ static void run_hot(int sms, double bw, void* ws_cublas) {
     (void)bw;
 }
 
+// --splits: version 1 under every split-K count of each shape (groups per split forced), graph µs at
+// m = 1, 8, 16 — what the plan's choice (marked *) is measured against.
+static void run_splits(int sms, double bw, void* ws_cublas) {
+    std::printf("| shape | groups per split | splits | CTAs | M=1 us | M=8 us | M=16 us |\n|---|---|---|---|---|---|---|\n");
+    for (const llama_shape& sh : k_llama_shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 16, sms, ws_cublas);
+        const long rb = (b.d.n_tiles + 7) / 8;
+        long prev = -1;
+        for (long gps = 1; gps <= b.d.k_groups; ++gps) {
+            const long splits = (b.d.k_groups + gps - 1) / gps;
+            if (splits == prev) continue;
+            prev = splits;
+            cuda::w4a16_small_config c;
+            c.version = 1, c.gps = int(gps);
+            cuda::w4a16_sm80_workspace need = cuda::w4a16_sm80_workspace_need(16, b.n, b.k, sms, c);
+            void *part = nullptr, *cnt = nullptr;
+            CK(cudaMalloc(&part, std::max<size_t>(need.partial_bytes, 4)));
+            CK(cudaMalloc(&cnt, std::max<size_t>(need.counter_count * 4, 4)));
+            CK(cudaMemset(cnt, 0, std::max<size_t>(need.counter_count * 4, 4)));
+            cuda::w4a16_sm80_workspace saved = b.wsp;
+            b.wsp.partial = part, b.wsp.partial_bytes = need.partial_bytes;
+            b.wsp.counters = static_cast<int*>(cnt), b.wsp.counter_count = need.counter_count;
+            double t[3];
+            int i = 0;
+            for (long m : {1L, 8L, 16L}) t[i++] = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms, &c); }, 10);
+            b.wsp = saved;
+            CK(cudaFree(part));
+            CK(cudaFree(cnt));
+            std::printf("| %s %ldx%ld | %ld | %ld | %ld | %.2f | %.2f | %.2f |\n", b.what, b.n, b.k, gps, splits, rb * splits,
+                        t[0], t[1], t[2]);
+            std::fflush(stdout);
+        }
+    }
+    (void)bw;
+}
+
 // --variants: the small-M kernel's configurations (v2 plans, v1) and the decode kernel's default
 // at m = 1, 4, 8, 16.
 static void run_variants(int sms, double bw, void* ws_cublas) {
@@ -445,6 +481,10 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
     if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
         run_variants(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--splits") == 0) {
+        run_splits(sms, bw, ws_cublas);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--large") == 0) {

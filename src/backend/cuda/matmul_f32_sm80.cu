@@ -32,13 +32,13 @@ __global__ void __launch_bounds__(W4_WARPS * 32) w4a16_f32_kernel(const float* x
     const int r0 = blockIdx.x * W4_ROWS, tile = blockIdx.y, warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int rows = min(W4_ROWS, m - r0);
-    codes += size_t(tile) * k_chunks * 32 + lane;
+    const int64_t n_tiles = (n + 15) / 16;
     scales += size_t(tile) * k_groups * 32 + lane;
     float acc[W4_ROWS][2] = {};
     for (int c = warp; c < k_chunks; c += W4_WARPS) {
         const int kk = c * CHUNK_K + 16 * t;
         if (kk >= k) continue;  // zero padding of the packed layout
-        const uint4 q = ld_stream(codes + size_t(c) * 32);
+        const uint4 q = ld_stream(codes + chunk_index(tile, c, n_tiles) * 32 + lane);
         const uint4 sc = __ldg(scales + size_t(c / GROUP_CHUNKS) * 32);
         uint32_t s0, s1;
         chunk_scales(sc, c % GROUP_CHUNKS, s0, s1);

@@ -41,7 +41,9 @@ void register_matmul_f32_sm80(kernel_registry& r);
 // ---- W4A16 re-laid weight --------------------------------------------------------------------
 // Tiles of 16 rows × 64 k ("chunks"), 8 chunks = one scale group (512 k). Per (tile, chunk) 32
 // lanes × 16 B of codes, per (tile, group) 32 lanes × 16 B of scales: exactly the registers of
-// one mma.sync m16n8k16 warp (layout in matmul_nvfp4_w4a16_sm80.cu). Padding is zero.
+// one mma.sync m16n8k16 warp (layout in matmul_nvfp4_w4a16_sm80.cu). Codes are group-major (all
+// tiles' group 0, then group 1, …; chunk_index in matmul_nvfp4_w4a16_device.cuh), the last group
+// padded to 8 chunks. Padding is zero.
 struct w4a16_sm80_dims {
     int64_t n = 0, k = 0;
     int64_t n_tiles = 0, k_chunks = 0, k_groups = 0;
@@ -90,6 +92,7 @@ struct w4a16_small_config {
     int ctas_per_sm = 0;   // version 2: 1 or 2, 0 = the plan's choice
     int min_len = 0;       // version 2: shortest run in (row block, group) units (0 = 1)
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
+    int gps = 0;           // version 1: 512-k groups per split (bench/tests; 0 = the plan's choice)
     int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
                            // before the previous kernel ends; the kernels wait before reading x)
     int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1, m ≤ W4A16_SILU_M_MAX; n = 2·silu_n_ff, silu_n_ff % 16 == 0):

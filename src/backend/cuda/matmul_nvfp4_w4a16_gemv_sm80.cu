@@ -1,6 +1,7 @@
 // matmul_nvfp4_w4a16_gemv_sm80: the decode (m ≤ 8) W4A16 NVFP4 kernel on the w4a16_sm80_pack
 // layout (one prepared weight serves it and the sm80 kernel). Stream-K: the (16-row tile, 64-k
-// chunk) items, tile-major — each tile's chunks are contiguous bytes — are cut into equal runs of
+// chunk) items, tile-major (a tile's chunks are contiguous bytes within each 512-k group of the
+// group-major packed layout, chunk_index) — are cut into equal runs of
 // `per` chunks, one run per warp of a single full wave, so every SM streams the same bytes. x
 // ([m, k], ≤ W4A16_GEMV_X_SMEM_MAX bytes) is staged once per CTA in shared memory (per-warp x
 // fetches from L2 measured 1.8–2.9× slower: every SM hammers the same few lines). A warp keeps S
@@ -65,7 +66,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void issue_item(const gemv_params& p, const uint4* slot, bool ok, int idx, int tile, int ch,
                                            int lane) {
     const uint32_t base = smem_u32(slot);
-    cp_async16_stream(base + 16 * lane, ok ? p.codes + size_t(idx) * 32 + lane : p.codes, ok);
+    cp_async16_stream(base + 16 * lane, ok ? p.codes + chunk_index(tile, ch, p.n_tiles) * 32 + lane : p.codes, ok);
     const uint8_t* sp = p.scales + ((size_t(tile) * p.k_groups + (ch >> 3)) * 32 + lane) * 16 + 4 * ((ch & 7) >> 1);
     cp_async4(base + 16 * SLOT_SC + 4 * lane, ok ? sp : p.scales, ok);
     cp_async_commit();

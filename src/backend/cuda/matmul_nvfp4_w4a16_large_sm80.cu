@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(THREADS) w4a16_dequant_kernel(const uint4* cod
     const int n_tiles_here = (n0 + rows + 15) / 16 - tile0;
     if (item >= int64_t(n_tiles_here) * k_chunks) return;  // the whole warp
     const int tile = tile0 + int(item / k_chunks), chunk = int(item % k_chunks), ci = chunk % GROUP_CHUNKS;
-    const uint4 c = ld_stream(codes + (size_t(tile) * k_chunks + chunk) * 32 + lane);
+    const uint4 c = ld_stream(codes + chunk_index(tile, chunk, (n + 15) / 16) * 32 + lane);
     const uint4* sp = scales + (size_t(tile) * k_groups + chunk / GROUP_CHUNKS) * 32 + lane;
     uint32_t s0, s1;
     scales_to_bf16x2(ld_stream_u32(reinterpret_cast<const uint32_t*>(sp) + (ci >> 1)) >> (16 * (ci & 1)), s0, s1);

@@ -41,7 +41,8 @@ constexpr int X_SMEM_MAX = RING_BYTES + 2 * 64 * (512 + 8) * 2;  // + two x slot
 constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows across banks
 
 // ---- packed layout (host) ----------------------------------------------------------------------
-// codes: [n_tiles][k_chunks][32 lanes][16 B]. Lane (g = lane/4, t = lane%4), word j (MMA j of the
+// codes: [k_groups][n_tiles][8 chunks][32 lanes][16 B] (group-major: chunk_index in
+// matmul_nvfp4_w4a16_device.cuh; the last group padded with zeros). Lane (g = lane/4, t = lane%4), word j (MMA j of the
 // chunk) holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
 //   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
 //   decode_word's rotations pick them up (w4a16_bit_src, matmul_nvfp4_w4a16_device.cuh). MMA
@@ -249,7 +250,8 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     const int pair = blockIdx.x * (WARPS / 2) + (warp & (WARPS / 2 - 1));
     const int tile = !SILU ? blockIdx.x * WARPS + warp : pair + (warp < WARPS / 2 ? 0 : p.n_ff / 16);
     const bool active = !SILU ? tile < p.n_tiles : pair < p.n_ff / 16;
-    const uint4* cbase = p.codes + size_t(tile) * p.k_chunks * 32 + lane;
+    const uint4* cbase = p.codes + size_t(tile) * GROUP_CHUNKS * 32 + lane;  // group 0's chunks of the tile
+    const size_t gstride = group_stride_u4(p.n_tiles);
     const uint4* sbase = p.scales + size_t(tile) * p.k_groups * 32 + lane;
 
     // Prologue: commit group (g0, i) = chunk i of g0; the weights (and scales) do not depend on the
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     // first chunk.
 #pragma unroll
     for (int i = 0; i < GROUP_CHUNKS; ++i) {
-        fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0 * GROUP_CHUNKS + i) * 32,
+        fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0) * gstride + 32 * i,
                     ring_sa + 512 * i);
         cp_async_commit();
     }
@@ -277,8 +279,8 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     for (int a = 0; a < A; ++a)
 #pragma unroll
         for (int u = 0; u < NT; ++u) acc[a][u][0] = acc[a][u][1] = acc[a][u][2] = acc[a][u][3] = 0.0f;
-    const uint4* cnext = cbase + size_t(g0 + 1) * GROUP_CHUNKS * 32;  // next group's chunks (loop-carried:
-    for (int grp = g0; grp < g1; ++grp, cnext += GROUP_CHUNKS * 32) {  // kept in a register, not recomputed)
+    const uint4* cnext = cbase + size_t(g0 + 1) * gstride;  // next group's chunks (loop-carried:
+    for (int grp = g0; grp < g1; ++grp, cnext += gstride) {  // kept in a register, not recomputed)
         const bool more = grp + 1 < g1;
         const int n_next = active ? min(GROUP_CHUNKS, p.k_chunks - (grp + 1) * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
@@ -376,7 +378,7 @@ struct small_plan {
 // rule before 2026-11-23 took the most splits that fit one wave). The plan depends only on the
 // weight shape and the SM count, so every row of a batch is summed in the same order whatever m is
 // (m ≤ 16 rows are bit-identical to a batch of one).
-small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
+small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps_force = 0) {
     small_plan pl;
     pl.row_blocks = int((d.n_tiles + WARPS - 1) / WARPS);
     const int64_t sms = std::max(1, sm_count), slots = 3 * sms;  // resident CTAs of the m ≤ 16 kernels
@@ -387,6 +389,10 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count) {
         if (ctas > slots && splits > 1) continue;                                  // never more than one wave
         const int64_t busiest = gps * ((ctas + sms - 1) / sms);
         if (best < 0 || busiest < best) best = busiest, pl.gps = int(gps), pl.splits = int(splits);
+    }
+    if (gps_force > 0) {  // a forced split (bench, tests)
+        pl.gps = int(std::min<int64_t>(gps_force, d.k_groups));
+        pl.splits = int((d.k_groups + pl.gps - 1) / pl.gps);
     }
     pl.smem = RING_BYTES + 2 * size_t(m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
     return pl;
@@ -484,7 +490,8 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
     bool active = tile < p.n_tiles;
 
     // Prologue: commit group (u0, i) = chunk i of u0, plus x of u0 in group (u0, 0).
-    const uint4* ccur = p.codes + (size_t(tile) * p.k_chunks + grp * GROUP_CHUNKS) * 32 + lane;  // unit u's chunks
+    const size_t gstride = group_stride_u4(p.n_tiles);
+    const uint4* ccur = p.codes + chunk_index(tile, size_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane;  // unit u's chunks
     {
         const uint4* c0 = ccur;
         const int n0 = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
@@ -516,7 +523,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
         const int tile_n = rb_n * WARPS + warp;
         const bool active_n = more && tile_n < p.n_tiles;
         const uint4* cnext =  // loop-carried (kept in a register): the next group, or a new row block's first
-            grp_n == 0 ? p.codes + size_t(tile_n) * p.k_chunks * 32 + lane : ccur + GROUP_CHUNKS * 32;
+            grp_n == 0 ? p.codes + size_t(tile_n) * GROUP_CHUNKS * 32 + lane : ccur + gstride;
         const int n_next = active_n ? min(GROUP_CHUNKS, p.k_chunks - grp_n * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
         const __nv_bfloat16* xg = xs + ((u - u0) & 1) * slot_elems;
@@ -641,7 +648,7 @@ w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k) {
     d.n_tiles = (n + 15) / 16;
     d.k_chunks = (k + CHUNK_K - 1) / CHUNK_K;
     d.k_groups = (d.k_chunks + GROUP_CHUNKS - 1) / GROUP_CHUNKS;
-    d.codes_bytes = size_t(d.n_tiles * d.k_chunks) * 32 * 16;
+    d.codes_bytes = size_t(d.n_tiles * d.k_groups) * GROUP_CHUNKS * 32 * 16;  // group-major, last group padded
     d.scales_bytes = size_t(d.n_tiles * d.k_groups) * 32 * 16;
     return d;
 }
@@ -656,7 +663,7 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
         for (int64_t ch = 0; ch < d.k_chunks; ++ch)
             for (int lane = 0; lane < 32; ++lane) {
                 int g = lane / 4, t = lane % 4;
-                uint8_t* dst = pc + ((tile * d.k_chunks + ch) * 32 + lane) * 16;
+                uint8_t* dst = pc + (chunk_index(tile, ch, d.n_tiles) * 32 + lane) * 16;
                 for (int j = 0; j < 4; ++j) {
                     uint32_t w = 0;
                     for (int i = 0; i < 4; ++i) {
@@ -701,7 +708,7 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
     w4a16_sm80_workspace ws;
     const run_plan rp = plan_runs(d, sm_count, cfg);
     for (int64_t m = 1; m <= std::min(m_max, W4A16_SM80_SMALL_M_MAX); ++m) {
-        small_plan pl = plan_small(m, d, sm_count);
+        small_plan pl = plan_small(m, d, sm_count, cfg.gps);
         if (pl.splits > 1) ws.partial_bytes = std::max(ws.partial_bytes, size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4);
         ws.counter_count = std::max(ws.counter_count, size_t(pl.row_blocks));
         if (m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2)
@@ -720,13 +727,13 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
 void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                           const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
                                           const w4a16_small_config& cfg) {
-    TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2,
+    TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2 && cfg.gps >= 0,
                 "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2)",
                 cfg.version, cfg.ctas_per_sm);
     TETRA_CHECK(m >= 1 && m <= W4A16_SM80_SMALL_M_MAX, "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows; got %lld",
                 (long long)W4A16_SM80_SMALL_M_MAX, (long long)m);
     w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
-    small_plan pl = plan_small(m, d, sm_count);
+    small_plan pl = plan_small(m, d, sm_count, cfg.gps);
     small_params p;
     p.codes = static_cast<const uint4*>(w.codes);
     p.scales = static_cast<const uint4*>(w.scales);

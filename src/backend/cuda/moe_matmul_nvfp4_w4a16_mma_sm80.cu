@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(sm + RING_BYTES + SCALE_BYTES);
     const int stride = p.win_groups * GROUP_K + X_PAD;
 
-    const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(active ? tile : 0) * p.k_chunks * 32 + lane;
+    const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(active ? tile : 0) * GROUP_CHUNKS * 32 + lane;
+    const size_t gstride = group_stride_u4(p.n_tiles);  // group-major packed codes
     // KS = 4: words ks/2 and ks/2 + 2 of the lane's 16 scale bytes, chunks ks and ks + 4 (half ks & 1);
     // otherwise all four words (chunk c: word (c % 8) / 2, half c & 1).
     const uint32_t* scales = static_cast<const uint32_t*>(ex.b) + (size_t(active ? tile : 0) * p.k_groups * 32 + lane) * 4 +
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     auto fetch = [&](int s) {
         if (!active || s >= steps) return;
         const int grp = s / CPG, i = s % CPG, c = grp * GROUP_CHUNKS + ks + KS * i;
-        if (c < p.k_chunks) cp_async16(ring_sa + (s % DEPTH) * 512, codes + size_t(c) * 32, 16);
+        if (c < p.k_chunks) cp_async16(ring_sa + (s % DEPTH) * 512, codes + size_t(grp) * gstride + 32 * (c % GROUP_CHUNKS), 16);
         if (i == 0) {
             const uint32_t* sc = scales + size_t(grp) * 32 * 4;
             const uint32_t dst = sring_sa + (grp % SQ) * 32 * SW * 4;

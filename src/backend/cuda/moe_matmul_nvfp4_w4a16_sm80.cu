@@ -51,14 +51,15 @@ __global__ void __launch_bounds__(WARPS * 32) moe_w4a16_kernel(const T* x, T* ou
     const int e = expert_of_row(offsets, ne, r);
     if (e < 0) return;  // uniform over the CTA
     const moe_expert_ptrs ex = table[e];
-    const uint4* codes = static_cast<const uint4*>(ex.a) + size_t(tile) * k_chunks * 32 + lane;
+    const uint4* codes = static_cast<const uint4*>(ex.a) + lane;
+    const int n_tiles = (n + 15) / 16;
     const uint4* scales = static_cast<const uint4*>(ex.b) + size_t(tile) * k_groups * 32 + lane;
     const T* xr = x + size_t(r) * k + 16 * t;
     float acc0 = 0.0f, acc1 = 0.0f;  // rows g and g + 8 of the tile, this lane's k
 #pragma unroll 2
     for (int c = warp; c < k_chunks; c += WARPS) {
         if (c * CHUNK_K + 16 * t >= k) continue;  // zero padding of the packed layout
-        const uint4 q = ld_stream(codes + size_t(c) * 32);
+        const uint4 q = ld_stream(codes + chunk_index(tile, c, n_tiles) * 32);
         const uint4 sc = __ldg(scales + size_t(c / GROUP_CHUNKS) * 32);
         uint32_t s0, s1;
         chunk_scales(sc, c % GROUP_CHUNKS, s0, s1);

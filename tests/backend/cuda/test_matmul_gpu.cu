@@ -308,7 +308,7 @@ TEST(matmul_w4a16_sm80, rows_of_m16_equal_m1_bitwise_and_deterministic) {
 
 // The small-M kernels at m ≤ 16: version 2 (balanced runs) under plans that stress it (runs of
 // one unit, runs spanning several row blocks on 1–3 SMs, 1–2 CTAs per SM, long runs) and version
-// 1, on odd shapes; rows of m = 16 equal the same row alone, bitwise, under every plan.
+// 1 (its plan, and forced splits), on odd shapes; rows of m = 16 equal the same row alone, bitwise, under every plan.
 TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
     uint32_t seed = 500;
     const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {300, 576}};
@@ -317,8 +317,9 @@ TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
     v1.version = 1, v2.version = 2;
     len1 = one_cta = two_ctas = len5 = early = v2;
     len1.min_len = 1, one_cta.ctas_per_sm = 1, two_ctas.ctas_per_sm = 2, len5.min_len = 5, early.early_signal = 1;
-    cuda::w4a16_small_config early_len1 = early;
+    cuda::w4a16_small_config early_len1 = early, v1_gps1 = v1, v1_gps3 = v1;
     early_len1.min_len = 1;
+    v1_gps1.gps = 1, v1_gps3.gps = 3;  // forced splits (bench_matmul --splits): one group per CTA, three
     const variant variants[] = {{{}, 0, "auto"},
                                 {v2, 0, "v2"},
                                 {len1, 0, "v2 min_len 1"},
@@ -330,7 +331,9 @@ TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
                                 {early, 1, "v2 early 1 SM"},
                                 {early_len1, 3, "v2 early 3 SMs"},
                                 {early, 0, "v2 early"},
-                                {v1, 0, "v1"}};
+                                {v1, 0, "v1"},
+                                {v1_gps1, 0, "v1 1 group per split"},
+                                {v1_gps3, 2, "v1 3 groups per split 2 SMs"}};
     for (const shape& s : shapes) {
         host_weight hw = random_weight(s.n, s.k, seed++);
         std::vector<float> wf = dequant_host(hw);
