@@ -127,8 +127,9 @@ int copies_for(size_t bytes) { return int(std::max<size_t>(1, (size_t(200) << 20
 
 // --pattern: the small-M kernel's weight access pattern alone (each warp streams its 16-row tile's
 // 512-B chunks, `DEPTH` 16-B loads in flight per lane), to separate memory from compute limits.
-// LAYOUT 0: tile-major (the packed layout: a tile's chunks contiguous); 1: group-major (the 4-KB
-// groups of every tile for group 0, then group 1, ...); 2: chunk-major (chunk 0 of every tile, ...).
+// LAYOUT 0: tile-major (a tile's chunks contiguous: the packed layout before 2026-11-23); 1:
+// group-major (the 4-KB groups of every tile for group 0, then group 1, ...: the packed layout);
+// 2: chunk-major (chunk 0 of every tile, ...).
 template <int DEPTH, int LAYOUT = 0>
 __global__ void pattern_kernel(const uint4* codes, long k_chunks, long n_tiles, int chunks_per_split, uint32_t* sink) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -1,6 +1,7 @@
 // Host launchers of the CUDA matmul kernels (bf16 activations, f32 accumulation), usable without
-// the backend object: raw device pointers and a stream. The registry entries (matmul_*_sm80.cu)
-// wrap these; tests and bench/bench_matmul.cu call them directly.
+// the backend object: raw device pointers and a stream. The registry entries (matmul_*_sm80.cu;
+// the W4A16 packed-layout kernels' in matmul_nvfp4_w4a16_glue.cpp) wrap these; tests and
+// bench/bench_matmul.cu call them directly.
 //   matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on a re-laid weight (w4a16_sm80_pack) — mma.sync bf16
 //     small-M kernel (M ≤ 64) and, for larger M, dequant-to-bf16 tiles + cuBLASLt.
 //   matmul_nvfp4_w4a16_gemv_sm80: decode (m ≤ 8) stream-K kernel on the same re-laid weight.
@@ -92,7 +93,8 @@ struct w4a16_small_config {
     int ctas_per_sm = 0;   // version 2: 1 or 2, 0 = the plan's choice
     int min_len = 0;       // version 2: shortest run in (row block, group) units (0 = 1)
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
-    int gps = 0;           // version 1: 512-k groups per split (bench/tests; 0 = the plan's choice)
+    int gps = 0;           // version 1: 512-k groups per split (bench/tests; 0 = the plan's choice;
+                           // ignored where version 0 picks version 2)
     int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
                            // before the previous kernel ends; the kernels wait before reading x)
     int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1, m ≤ W4A16_SILU_M_MAX; n = 2·silu_n_ff, silu_n_ff % 16 == 0):

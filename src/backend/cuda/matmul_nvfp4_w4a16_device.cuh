@@ -1,5 +1,6 @@
-// Device helpers shared by the W4A16 NVFP4 kernels (matmul_nvfp4_w4a16_sm80.cu: mma.sync small-M
-// and dequant; matmul_nvfp4_w4a16_gemv_sm80.cu: stream-K decode kernel; the CUDA-core kernels of
+// Device helpers shared by the W4A16 NVFP4 kernels (matmul_nvfp4_w4a16_sm80.cu: mma.sync small-M;
+// matmul_nvfp4_w4a16_large_sm80.cu: dequant; matmul_nvfp4_w4a16_gemv_sm80.cu: stream-K decode
+// kernel; moe_matmul_nvfp4_w4a16_mma_sm80.cu: grouped mma; the CUDA-core kernels of
 // matmul_f32_sm80.cu and moe_matmul_nvfp4_w4a16_sm80.cu). All read the same packed
 // layout (w4a16_sm80_pack, group-major: chunk_index): per lane and chunk 16 B = 4 words, word j = the A registers a0..a3 of
 // MMA j, each a bf16x2 of two e2m1 codes as bit patterns s·000000e·em·000000 (= value · 2^-126).
@@ -21,8 +22,9 @@ constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
 // order, so the warps streaming one group read one contiguous region (bench_matmul --pattern on
 // 28672×4096: 88.9 % of the read bandwidth against 83.6 % with each tile's chunks contiguous).
 // Chunk c of tile `tile` (32 lanes × 16 B) starts at uint4 32 · chunk_index(tile, c, n_tiles);
-// within a group a tile's chunks are consecutive, and the next group's are GROUP_STRIDE(n_tiles)
-// uint4 further. The last group is padded to 8 chunks (zeros).
+// within a group a tile's chunks are consecutive, and the next group's are group_stride_u4(n_tiles)
+// uint4 further. The last group is padded to 8 chunks (zeros, written by the packer; no kernel
+// reads them).
 __host__ __device__ __forceinline__ size_t chunk_index(int64_t tile, int64_t c, int64_t n_tiles) {
     return size_t(((c / GROUP_CHUNKS) * n_tiles + tile) * GROUP_CHUNKS + c % GROUP_CHUNKS);
 }

@@ -61,9 +61,9 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Issues (and commits, as one group) the copies of item `idx` = (tile, ch) into ring slot `slot`;
+// Issues (and commits, as one group) the copies of item (tile, ch) into ring slot `slot`;
 // an empty group when !ok. Sources of skipped copies are clamped to valid addresses (not read).
-__device__ __forceinline__ void issue_item(const gemv_params& p, const uint4* slot, bool ok, int idx, int tile, int ch,
+__device__ __forceinline__ void issue_item(const gemv_params& p, const uint4* slot, bool ok, int tile, int ch,
                                            int lane) {
     const uint32_t base = smem_u32(slot);
     cp_async16_stream(base + 16 * lane, ok ? p.codes + chunk_index(tile, ch, p.n_tiles) * 32 + lane : p.codes, ok);
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(GV_THREADS, CPS) w4a16_gemv_kernel(gemv_params
     // Weights first (S groups), then x (one group for the whole CTA); all waited for before the loop.
 #pragma unroll
     for (int u = 0; u < S; ++u) {
-        issue_item(p, ring + u * SLOT, r0 + u < r1, r0 + u, tile_l, ch_l, lane);
+        issue_item(p, ring + u * SLOT, r0 + u < r1, tile_l, ch_l, lane);
         if (++ch_l == p.k_chunks) ch_l = 0, ++tile_l;
     }
     const int row_vecs = p.k / 8;  // 16-B pieces per x row
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(GV_THREADS, CPS) w4a16_gemv_kernel(gemv_params
             whole = true;
         }
         if (++ch_c == p.k_chunks) ch_c = 0, ++tile_c;
-        issue_item(p, sl, idx + S < r1, idx + S, tile_l, ch_l, lane);
+        issue_item(p, sl, idx + S < r1, tile_l, ch_l, lane);
         if (++ch_l == p.k_chunks) ch_l = 0, ++tile_l;
         slot = slot + 1 == S ? 0 : slot + 1;
     }

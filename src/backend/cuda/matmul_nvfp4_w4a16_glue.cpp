@@ -186,20 +186,23 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
                                    sms, s);
 }
 
+// What every kernel on the packed layout needs: sm_80+, bf16 activations, 16-byte aligned operands.
+kernel_req packed_req() {
+    kernel_req req = cuda_req(80, {dtype::BF16});
+    req.align = 16;
+    return req;
+}
+
 }  // namespace
 
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", req, 10, accepts_w4a16_sm80,
-                                   launch_w4a16_sm80));
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", packed_req(), 10,
+                                   accepts_w4a16_sm80, launch_w4a16_sm80));
 }
 
 void register_matmul_silu_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sm80", req, 10, accepts_silu_w4a16_sm80,
-                                        launch_silu_w4a16_sm80));
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sm80", packed_req(), 10,
+                                        accepts_silu_w4a16_sm80, launch_silu_w4a16_sm80));
     // any mode, any shape: the CPU oracle's sequence on this backend's kernels
     r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_two_step_cuda",
                                         cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
@@ -209,10 +212,8 @@ void register_matmul_silu_sm80(kernel_registry& r) {
 // Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,
 // 2026-11-22), so it runs only when forced (TETRA_KERNEL=matmul_nvfp4_w4a16:matmul_nvfp4_w4a16_gemv_sm80).
 void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r) {
-    kernel_req req = cuda_req(80, {dtype::BF16});
-    req.align = 16;
-    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_gemv_sm80", req, 5, accepts_w4a16_gemv,
-                                   launch_w4a16_gemv));
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_gemv_sm80", packed_req(), 5,
+                                   accepts_w4a16_gemv, launch_w4a16_gemv));
 }
 
 }  // namespace cuda

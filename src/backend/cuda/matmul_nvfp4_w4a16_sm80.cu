@@ -409,7 +409,7 @@ void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, b
     launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), pl.smem, s, pdl, p);
 }
 
-// ---- balanced-run kernel (version 2: m ≤ 16, the default since 2026-11-22) ----------------------
+// ---- balanced-run kernel (version 2: m ≤ 16, picked per shape by small_version) ---------------
 // The units (128-row block rb, 512-k group), rb-major, are cut into equal runs of `len` units, one
 // run per CTA of a single wave (the plan picks CTAs per SM and len so that the busiest SM carries
 // as few units as possible: gate+up's 224 row blocks no longer leave 40 SMs with half the work).
@@ -610,8 +610,9 @@ size_t run_partial_bytes(const run_plan& pl, int64_t m) { return size_t(2 * pl.g
 // Version 0 (auto) → 1 or 2 for m ≤ 16, from the shape and the SM count only (rows of a batch stay
 // bit-identical to the same row alone). Version 2 splits more row blocks over CTAs, whose partial
 // sums and end-of-run handshakes cost ~15–20 % on H100 (2026-11-22: gate+up with 14 units on the
-// busiest SM against version 1's 16 was slower; down with 7 against 9 faster): so version 2 only
-// where its busiest SM carries < 0.85 × version 1's units.
+// busiest SM against version 1's 16 was slower; down with 7 against version 1's then 9 faster): so
+// version 2 only where its busiest SM carries < 0.85 × version 1's units. Since version 1's plan
+// minimises its busiest SM too (2026-11-23), no Llama or Qwen shape picks version 2 on an H100.
 int small_version(const w4a16_sm80_dims& d, int sm_count, const w4a16_small_config& cfg) {
     if (cfg.version != 0) return cfg.version;
     small_plan p1 = plan_small(1, d, sm_count);
@@ -660,7 +661,7 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
     // serially in the standalone bench build, which has no thread pool).
     auto pack_tiles = [&](int64_t tile0, int64_t tile1) {
     for (int64_t tile = tile0; tile < tile1; ++tile)
-        for (int64_t ch = 0; ch < d.k_chunks; ++ch)
+        for (int64_t ch = 0; ch < d.k_groups * GROUP_CHUNKS; ++ch)  // chunks past k_chunks: the zero padding
             for (int lane = 0; lane < 32; ++lane) {
                 int g = lane / 4, t = lane % 4;
                 uint8_t* dst = pc + (chunk_index(tile, ch, d.n_tiles) * 32 + lane) * 16;
@@ -728,8 +729,8 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                                           const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
                                           const w4a16_small_config& cfg) {
     TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2 && cfg.gps >= 0,
-                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2)",
-                cfg.version, cfg.ctas_per_sm);
+                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2), gps %d (>= 0)",
+                cfg.version, cfg.ctas_per_sm, cfg.gps);
     TETRA_CHECK(m >= 1 && m <= W4A16_SM80_SMALL_M_MAX, "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows; got %lld",
                 (long long)W4A16_SM80_SMALL_M_MAX, (long long)m);
     w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
