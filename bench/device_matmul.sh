@@ -36,7 +36,7 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_dense_bf16_cublaslt.cu -o $B/lt.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c tests/backend/cuda/test_matmul_gpu.cu -o $B/test.o & pids+=($!)
   $NV -c bench/bench_matmul.cu -o $B/bench.o & pids+=($!)
-  for f in src/core/*.cpp src/nvfp4/*.cpp; do
+  for f in src/core/*.cpp src/nvfp4/*.cpp src/backend/cuda/w4a16_layout.cpp; do
     g++ -std=c++17 -O2 -Isrc -I$GT/include -c "$f" -o "$B/cpu_$(basename "$f" .cpp).o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || fail=1; done

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/w4a16_layout.h"
 #include "backend/registry.h"
 #include "io/weights.h"
 
@@ -39,23 +40,7 @@ std::string w4a16_sm80_weight_why_not(const linear_weight& w);
 // bf16 dense weights, for --dtype float32.
 void register_matmul_f32_sm80(kernel_registry& r);
 
-// ---- W4A16 re-laid weight --------------------------------------------------------------------
-// Tiles of 16 rows × 64 k ("chunks"), 8 chunks = one scale group (512 k). Per (tile, chunk) 32
-// lanes × 16 B of codes, per (tile, group) 32 lanes × 16 B of scales: exactly the registers of
-// one mma.sync m16n8k16 warp (layout in matmul_nvfp4_w4a16_sm80.cu). Codes are group-major (all
-// tiles' group 0, then group 1, …; chunk_index in matmul_nvfp4_w4a16_device.cuh), the last group
-// padded to 8 chunks. Padding is zero.
-struct w4a16_sm80_dims {
-    int64_t n = 0, k = 0;
-    int64_t n_tiles = 0, k_chunks = 0, k_groups = 0;
-    size_t codes_bytes = 0, scales_bytes = 0;
-};
-w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k);  // k must be a multiple of 16
-
-// Host re-layout of the canonical bytes. codes: u8 [n, k/2] (even element in the low nibble);
-// scales: e4m3 [n, k/16]; packed_codes/packed_scales: host buffers of dims sizes.
-void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
-                     uint8_t* packed_codes, uint8_t* packed_scales);
+// ---- W4A16 re-laid weight: w4a16_layout.h (w4a16_sm80_dims, w4a16_sm80_pack) ----------------
 
 // A re-laid weight on the device.
 struct w4a16_sm80_weight {

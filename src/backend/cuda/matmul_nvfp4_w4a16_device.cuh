@@ -12,41 +12,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/w4a16_layout.h"
+
 namespace tetra {
 namespace cuda {
 namespace w4a16 {
 
-constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
-
-// The packed codes are group-major: for each 512-k group, every tile's 8 chunks (4 KB) in tile
-// order, so the warps streaming one group read one contiguous region (bench_matmul --pattern on
-// 28672×4096: 88.9 % of the read bandwidth against 83.6 % with each tile's chunks contiguous).
-// Chunk c of tile `tile` (32 lanes × 16 B) starts at uint4 32 · chunk_index(tile, c, n_tiles);
-// within a group a tile's chunks are consecutive, and the next group's are group_stride_u4(n_tiles)
-// uint4 further. The last group is padded to 8 chunks (zeros, written by the packer; no kernel
-// reads them).
-__host__ __device__ __forceinline__ size_t chunk_index(int64_t tile, int64_t c, int64_t n_tiles) {
-    return size_t(((c / GROUP_CHUNKS) * n_tiles + tile) * GROUP_CHUNKS + c % GROUP_CHUNKS);
-}
-__host__ __device__ __forceinline__ size_t group_stride_u4(int64_t n_tiles) { return size_t(n_tiles) * GROUP_CHUNKS * 32; }
-
-// The bf16x2 bits an e2m1 pair occupies: sign 15/31, exponent 8,7 / 24,23, mantissa 6 / 22.
-constexpr uint32_t BF16X2_E2M1_MASK = 0x81C081C0u;
-
-// Where (bit position in the packed word) register i's bit p comes from: the word is rotated left
-// by a per-register amount and masked with BF16X2_E2M1_MASK (register 3 takes two rotations).
-// 9 integer ops per word (4 rotates, 5 masks) instead of 4–5 per register; used by the host packer.
-__host__ __device__ constexpr int w4a16_bit_src(int i, int p) {
-    int r = i == 0 ? 0 : i == 1 ? 4 : i == 2 ? 10 : ((p & 15) == 8 ? 14 : 6);
-    return (p - r + 32) & 31;
-}
-
-__device__ __forceinline__ void decode_word(uint32_t w, uint32_t (&a)[4]) {
-    a[0] = w & BF16X2_E2M1_MASK;
-    a[1] = __funnelshift_l(w, w, 4) & BF16X2_E2M1_MASK;
-    a[2] = __funnelshift_l(w, w, 10) & BF16X2_E2M1_MASK;
-    a[3] = (__funnelshift_l(w, w, 6) & 0x80C080C0u) | (__funnelshift_l(w, w, 14) & 0x01000100u);
-}
+// CHUNK_K, GROUP_CHUNKS, GROUP_K, chunk_index, group_stride_u4, w4a16_bit_src, decode_word:
+// w4a16_layout.h (host and device).
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;

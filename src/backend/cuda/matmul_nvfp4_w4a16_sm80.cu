@@ -22,9 +22,6 @@
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_launch.h"
-#ifndef TETRA_MATMUL_STANDALONE
-#include "core/thread_pool.h"
-#endif
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 
 namespace tetra {
@@ -40,26 +37,7 @@ constexpr int RING_BYTES = WARPS * 8 * 32 * 16;             // per-warp rings of
 constexpr int X_SMEM_MAX = RING_BYTES + 2 * 64 * (512 + 8) * 2;  // + two x slots at m = 64
 constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows across banks
 
-// ---- packed layout (host) ----------------------------------------------------------------------
-// codes: [k_groups][n_tiles][8 chunks][32 lanes][16 B] (group-major: chunk_index in
-// matmul_nvfp4_w4a16_device.cuh; the last group padded with zeros). Lane (g = lane/4, t = lane%4), word j (MMA j of the
-// chunk) holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
-//   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
-//   decode_word's rotations pick them up (w4a16_bit_src, matmul_nvfp4_w4a16_device.cuh). MMA
-//   k-slots 2t,2t+1 | 2t+8,2t+9 ↔ k 16t+4j+{0,1} | {2,3}, so thread t's 16 k of a chunk are one
-//   scale block (4·chunk + t) for both of its rows.
-// scales: [n_tiles][k_groups][32 lanes][16 B]: byte 2c = scale(row g, block 4·(8·group+c)+t),
-//   byte 2c+1 = the same block of row g+8.
-inline uint8_t code_at(const uint8_t* codes, int64_t n, int64_t k, int64_t row, int64_t col) {
-    if (row >= n || col >= k) return 0;
-    uint8_t b = codes[row * (k / 2) + col / 2];
-    return (col & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xF);
-}
-
-inline uint8_t scale_at(const uint8_t* scales, int64_t n, int64_t k, int64_t row, int64_t blk) {
-    if (row >= n || blk >= k / 16) return 0;
-    return scales[row * (k / 16) + blk];
-}
+// ---- packed layout: w4a16_layout.h (the packer: w4a16_layout.cpp) ------------------------------
 
 // ---- device helpers: matmul_nvfp4_w4a16_device.cuh ----------------------------------------------
 using namespace w4a16;
@@ -640,64 +618,6 @@ void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, 
 }
 
 }  // namespace
-
-w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k) {
-    TETRA_CHECK(n > 0 && k > 0 && k % 16 == 0, "w4a16_sm80: weight [%lld, %lld]: expected n > 0 and k a multiple of 16",
-                (long long)n, (long long)k);
-    w4a16_sm80_dims d;
-    d.n = n, d.k = k;
-    d.n_tiles = (n + 15) / 16;
-    d.k_chunks = (k + CHUNK_K - 1) / CHUNK_K;
-    d.k_groups = (d.k_chunks + GROUP_CHUNKS - 1) / GROUP_CHUNKS;
-    d.codes_bytes = size_t(d.n_tiles * d.k_groups) * GROUP_CHUNKS * 32 * 16;  // group-major, last group padded
-    d.scales_bytes = size_t(d.n_tiles * d.k_groups) * 32 * 16;
-    return d;
-}
-
-void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k, uint8_t* pc,
-                     uint8_t* ps) {
-    w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
-    // Tiles are independent: pack them on every pool thread (an 8B model's weights in seconds;
-    // serially in the standalone bench build, which has no thread pool).
-    auto pack_tiles = [&](int64_t tile0, int64_t tile1) {
-    for (int64_t tile = tile0; tile < tile1; ++tile)
-        for (int64_t ch = 0; ch < d.k_groups * GROUP_CHUNKS; ++ch)  // chunks past k_chunks: the zero padding
-            for (int lane = 0; lane < 32; ++lane) {
-                int g = lane / 4, t = lane % 4;
-                uint8_t* dst = pc + (chunk_index(tile, ch, d.n_tiles) * 32 + lane) * 16;
-                for (int j = 0; j < 4; ++j) {
-                    uint32_t w = 0;
-                    for (int i = 0; i < 4; ++i) {
-                        int64_t row = tile * 16 + g + 8 * (i & 1), col = ch * CHUNK_K + 16 * t + 4 * j + 2 * (i >> 1);
-                        uint32_t lo = code_at(codes, n, k, row, col), hi = code_at(codes, n, k, row, col + 1);
-                        // register i = bf16x2 {lo, hi}: code bits s,e1,e0,m → bf16 bits 15,8,7,6 (+16 for hi)
-                        const int dst_bit[4] = {6, 7, 8, 15};
-                        for (int b = 0; b < 4; ++b) {
-                            w |= ((lo >> b) & 1u) << w4a16_bit_src(i, dst_bit[b]);
-                            w |= ((hi >> b) & 1u) << w4a16_bit_src(i, dst_bit[b] + 16);
-                        }
-                    }
-                    std::memcpy(dst + 4 * j, &w, 4);
-                }
-            }
-    for (int64_t tile = tile0; tile < tile1; ++tile)
-        for (int64_t grp = 0; grp < d.k_groups; ++grp)
-            for (int lane = 0; lane < 32; ++lane) {
-                int g = lane / 4, t = lane % 4;
-                uint8_t* dst = ps + ((tile * d.k_groups + grp) * 32 + lane) * 16;
-                for (int c = 0; c < GROUP_CHUNKS; ++c) {
-                    int64_t blk = 4 * (grp * GROUP_CHUNKS + c) + t;
-                    dst[2 * c] = scale_at(scales, n, k, tile * 16 + g, blk);
-                    dst[2 * c + 1] = scale_at(scales, n, k, tile * 16 + g + 8, blk);
-                }
-            }
-    };
-#ifdef TETRA_MATMUL_STANDALONE
-    pack_tiles(0, d.n_tiles);
-#else
-    parallel_for(d.n_tiles, pack_tiles);
-#endif
-}
 
 int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count) {
     return small_version(w4a16_sm80_dims_of(n, k), sm_count, {});

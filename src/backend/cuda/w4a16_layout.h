@@ -1,0 +1,92 @@
+// The packed W4A16 weight layout read by the sm80 NVFP4 kernels (matmul_nvfp4_w4a16_device.cuh
+// lists them), host side and device side in one place: no CUDA needed to include it, so the CPU
+// build packs and checks the layout too (tests/backend/test_w4a16_layout.cpp).
+//
+// Tiles of 16 rows × 64 k ("chunks"), 8 chunks = one scale group (512 k). Per (tile, chunk) 32
+// lanes × 16 B of codes, per (tile, group) 32 lanes × 16 B of scales: exactly the registers of
+// one mma.sync m16n8k16 warp.
+// codes: [k_groups][n_tiles][8 chunks][32 lanes][16 B] — group-major: for each 512-k group, every
+//   tile's 8 chunks (4 KB) in tile order, so the warps streaming one group read one contiguous
+//   region (bench_matmul --pattern on 28672×4096: 88.9 % of the read bandwidth against 83.6 % with
+//   each tile's chunks contiguous). The last group is padded to 8 chunks with zeros (written by
+//   the packer; no kernel reads them). Lane (g = lane/4, t = lane%4), word j (MMA j of the chunk)
+//   holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
+//   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
+//   decode_word's rotations pick them up (w4a16_bit_src), as bf16 bit patterns
+//   s·000000e·em·000000 (= value · 2^-126). MMA k-slots 2t,2t+1 | 2t+8,2t+9 ↔ k 16t+4j+{0,1} |
+//   {2,3}, so thread t's 16 k of a chunk are one scale block (4·chunk + t) for both of its rows.
+// scales: [n_tiles][k_groups][32 lanes][16 B]: byte 2c = scale(row g, block 4·(8·group+c)+t),
+//   byte 2c+1 = the same block of row g+8.
+// Rows past n and k past the weight's k are zero.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TETRA_W4A16_HD __host__ __device__ __forceinline__
+#else
+#define TETRA_W4A16_HD inline
+#endif
+
+namespace tetra {
+namespace cuda {
+namespace w4a16 {
+
+constexpr int CHUNK_K = 64, GROUP_CHUNKS = 8, GROUP_K = CHUNK_K * GROUP_CHUNKS;
+
+// Chunk c of tile `tile` starts at uint4 32 · chunk_index(tile, c, n_tiles) of the packed codes;
+// within a group a tile's chunks are consecutive, the next group's are group_stride_u4(n_tiles)
+// uint4 further.
+TETRA_W4A16_HD size_t chunk_index(int64_t tile, int64_t c, int64_t n_tiles) {
+    return size_t(((c / GROUP_CHUNKS) * n_tiles + tile) * GROUP_CHUNKS + c % GROUP_CHUNKS);
+}
+TETRA_W4A16_HD size_t group_stride_u4(int64_t n_tiles) { return size_t(n_tiles) * GROUP_CHUNKS * 32; }
+
+// The bf16x2 bits an e2m1 pair occupies: sign 15/31, exponent 8,7 / 24,23, mantissa 6 / 22.
+constexpr uint32_t BF16X2_E2M1_MASK = 0x81C081C0u;
+
+// Where (bit position in the packed word) register i's bit p comes from: the word is rotated left
+// by a per-register amount and masked with BF16X2_E2M1_MASK (register 3 takes two rotations).
+// 9 integer ops per word (4 rotates, 5 masks) instead of 4–5 per register; used by the host packer.
+TETRA_W4A16_HD constexpr int w4a16_bit_src(int i, int p) {
+    int r = i == 0 ? 0 : i == 1 ? 4 : i == 2 ? 10 : ((p & 15) == 8 ? 14 : 6);
+    return (p - r + 32) & 31;
+}
+
+TETRA_W4A16_HD uint32_t rotl32(uint32_t w, int r) {
+#if defined(__CUDA_ARCH__)
+    return __funnelshift_l(w, w, r);
+#else
+    return (w << r) | (w >> ((32 - r) & 31));
+#endif
+}
+
+// A packed word → the four A registers of its MMA (bf16x2 of e2m1 · 2^-126, unscaled): the
+// inverse of the packer's bit placement (w4a16_bit_src).
+TETRA_W4A16_HD void decode_word(uint32_t w, uint32_t (&a)[4]) {
+    a[0] = w & BF16X2_E2M1_MASK;
+    a[1] = rotl32(w, 4) & BF16X2_E2M1_MASK;
+    a[2] = rotl32(w, 10) & BF16X2_E2M1_MASK;
+    a[3] = (rotl32(w, 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
+}
+
+}  // namespace w4a16
+
+// Sizes of a weight [n, k] in the packed layout.
+struct w4a16_sm80_dims {
+    int64_t n = 0, k = 0;
+    int64_t n_tiles = 0, k_chunks = 0, k_groups = 0;
+    size_t codes_bytes = 0, scales_bytes = 0;
+};
+w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k);  // k must be a multiple of 16
+
+// Host re-layout of the canonical bytes (w4a16_layout.cpp). codes: u8 [n, k/2] (even element in
+// the low nibble); scales: e4m3 [n, k/16]; packed_codes/packed_scales: host buffers of dims
+// sizes, every byte written.
+void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t k,
+                     uint8_t* packed_codes, uint8_t* packed_scales);
+
+}  // namespace cuda
+}  // namespace tetra
+
+#undef TETRA_W4A16_HD

@@ -1,0 +1,124 @@
+// The packed W4A16 layout of the sm80 kernels (backend/cuda/w4a16_layout.h), checked on the host:
+// every packed word, decoded with the kernels' own decode_word, holds the canonical codes of the
+// (row, k) positions the layout assigns to its MMA registers, as bf16 bit patterns of value · 2^-126;
+// every scale byte is the canonical scale of its (row, block); the padding (rows past n, k past
+// the weight, the last group's chunks) is zero; chunk_index is group-major and addresses every
+// packed chunk once. Expected values come from the e2m1 value table and the canonical row-major
+// bytes, not from the packer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/w4a16_layout.h"
+
+namespace {
+
+using namespace tetra::cuda;
+using namespace tetra::cuda::w4a16;
+
+float bf16_bits_to_f32(uint32_t bits) {
+    uint32_t u = bits << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+float e2m1_value(uint8_t code) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (code & 8) ? -mag[code & 7] : mag[code & 7];
+}
+
+struct shape { int64_t n, k; };
+const shape k_shapes[] = {{16, 16}, {1, 16}, {33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {300, 576}};
+
+TEST(w4a16_layout, packed_words_decode_to_the_canonical_codes_and_scales) {
+    std::mt19937 rng(7);
+    for (const shape& s : k_shapes) {
+        const w4a16_sm80_dims d = w4a16_sm80_dims_of(s.n, s.k);
+        ASSERT_EQ(d.n_tiles, (s.n + 15) / 16);
+        ASSERT_EQ(d.k_chunks, (s.k + 63) / 64);
+        ASSERT_EQ(d.k_groups, (d.k_chunks + 7) / 8);
+        ASSERT_EQ(d.codes_bytes, size_t(d.n_tiles * d.k_groups) * 8 * 512);
+        ASSERT_EQ(d.scales_bytes, size_t(d.n_tiles * d.k_groups) * 512);
+        std::vector<uint8_t> codes(size_t(s.n * s.k / 2)), scales(size_t(s.n * s.k / 16));
+        for (auto& b : codes) b = uint8_t(rng());
+        for (auto& b : scales) b = uint8_t(rng());
+        // Garbage first: the packer must write every byte (padding included).
+        std::vector<uint8_t> pc(d.codes_bytes, 0xAB), ps(d.scales_bytes, 0xCD);
+        w4a16_sm80_pack(codes.data(), scales.data(), s.n, s.k, pc.data(), ps.data());
+        auto code = [&](int64_t row, int64_t col) -> uint8_t {  // canonical: row-major, even k in the low nibble
+            if (row >= s.n || col >= s.k) return 0;
+            const uint8_t b = codes[size_t(row * (s.k / 2) + col / 2)];
+            return (col & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xF);
+        };
+        auto scale = [&](int64_t row, int64_t blk) -> uint8_t {
+            return row < s.n && blk < s.k / 16 ? scales[size_t(row * (s.k / 16) + blk)] : uint8_t(0);
+        };
+        std::vector<int> visits(d.codes_bytes / 512, 0);
+        int bad = 0;
+        for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+            for (int64_t ch = 0; ch < d.k_groups * GROUP_CHUNKS; ++ch) {
+                const size_t slot = chunk_index(tile, ch, d.n_tiles);
+                ASSERT_LT(slot, visits.size());
+                ++visits[slot];
+                for (int lane = 0; lane < 32; ++lane) {
+                    const int g = lane / 4, t = lane % 4;
+                    const uint8_t* src = pc.data() + (slot * 32 + size_t(lane)) * 16;
+                    for (int j = 0; j < 4; ++j) {
+                        uint32_t w, a[4];
+                        std::memcpy(&w, src + 4 * j, 4);
+                        if (ch >= d.k_chunks && w != 0 && bad++ < 5)
+                            ADD_FAILURE() << "padding chunk " << ch << " of tile " << tile << " is not zero";
+                        decode_word(w, a);
+                        for (int i = 0; i < 4; ++i)
+                            for (int h = 0; h < 2; ++h) {
+                                const int64_t row = tile * 16 + g + 8 * (i & 1);
+                                const int64_t col = ch * CHUNK_K + 16 * t + 4 * j + 2 * (i >> 1) + h;
+                                const uint32_t bits = (a[i] >> (16 * h)) & 0xFFFFu;
+                                const float got = std::ldexp(bf16_bits_to_f32(bits), 126);
+                                const float want = e2m1_value(code(row, col));
+                                if ((got != want || std::signbit(got) != std::signbit(want)) && bad++ < 5)
+                                    ADD_FAILURE() << "n=" << s.n << " k=" << s.k << " row " << row << " k " << col
+                                                  << ": packed " << got << ", canonical " << want;
+                            }
+                    }
+                }
+            }
+        for (size_t i = 0; i < visits.size(); ++i)
+            if (visits[i] != 1 && bad++ < 5) ADD_FAILURE() << "packed chunk slot " << i << " addressed " << visits[i] << " times";
+        for (int64_t tile = 0; tile < d.n_tiles; ++tile)
+            for (int64_t grp = 0; grp < d.k_groups; ++grp)
+                for (int lane = 0; lane < 32; ++lane) {
+                    const int g = lane / 4, t = lane % 4;
+                    const uint8_t* src = ps.data() + ((size_t(tile * d.k_groups + grp) * 32) + size_t(lane)) * 16;
+                    for (int c = 0; c < GROUP_CHUNKS; ++c) {
+                        const int64_t blk = 4 * (grp * GROUP_CHUNKS + c) + t;
+                        if ((src[2 * c] != scale(tile * 16 + g, blk) || src[2 * c + 1] != scale(tile * 16 + g + 8, blk)) &&
+                            bad++ < 5)
+                            ADD_FAILURE() << "scale of tile " << tile << " group " << grp << " lane " << lane << " chunk " << c;
+                    }
+                }
+        EXPECT_EQ(bad, 0) << "n=" << s.n << " k=" << s.k;
+    }
+}
+
+TEST(w4a16_layout, chunk_index_is_group_major) {
+    const int64_t n_tiles = 5;
+    for (int64_t grp = 0; grp < 3; ++grp)
+        for (int64_t tile = 0; tile < n_tiles; ++tile) {
+            const int64_t c0 = grp * GROUP_CHUNKS;
+            EXPECT_EQ(chunk_index(tile, c0, n_tiles), size_t((grp * n_tiles + tile) * GROUP_CHUNKS));
+            for (int64_t i = 1; i < GROUP_CHUNKS; ++i)  // a tile's chunks of one group are consecutive
+                EXPECT_EQ(chunk_index(tile, c0 + i, n_tiles), chunk_index(tile, c0, n_tiles) + size_t(i));
+            // the next group of the same tile is one group stride (in uint4 = 32 per chunk) further
+            EXPECT_EQ(32 * (chunk_index(tile, c0 + GROUP_CHUNKS, n_tiles) - chunk_index(tile, c0, n_tiles)),
+                      group_stride_u4(n_tiles));
+        }
+    // all tiles' group g, then group g + 1
+    EXPECT_EQ(chunk_index(0, GROUP_CHUNKS, n_tiles), chunk_index(n_tiles - 1, GROUP_CHUNKS - 1, n_tiles) + 1);
+}
+
+}  // namespace
