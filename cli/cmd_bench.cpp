@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "backend/membw.h"
 #include "core/error.h"
@@ -32,7 +33,8 @@ namespace {
 struct bench_flags {
     std::string batches = "1";
     int input_len = 128, output_len = 64, warmup = 4;
-    bool json = false, no_graphs = false, profile = false;
+    bool json = false, no_graphs = false, profile = false, breakdown = false;
+    int breakdown_rounds = 2;
 };
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -53,6 +55,9 @@ std::vector<int64_t> parse_list(const std::string& s) {
     if (v.empty()) throw cli_error("--batch is empty", "e.g. --batch 1,8,32");
     return v;
 }
+
+// Decode steps before the timed ones (--breakdown needs two: a complete one, then the capture).
+int warmup_steps(const bench_flags& f) { return f.breakdown ? std::max(f.warmup, 2) : f.warmup; }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -86,14 +91,18 @@ std::map<int, int64_t> distinct_experts_of_step(loaded_model& m, const std::func
 
 // B sequences: prefill input_len tokens each (chunked by the model's max_tokens), then timed
 // greedy decode steps.
+// skip (--breakdown): op classes left out of the decode steps (model/step_ops.h). The prefill and
+// the first warm-up step run complete, so a left-out class reuses what a step of this batch left
+// (the MoE routing, for one); the other warm-up steps (at least one: the graph's capture) and the
+// timed steps run without the classes.
 decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, const bench_flags& f, int64_t B,
                            const model_footprint& fp, double bw, bool graphs,
-                           const std::function<void()>& at_timed_steps = nullptr) {
+                           const std::function<void()>& at_timed_steps = nullptr, uint32_t skip = 0) {
     model_runner runner(*m.model, *m.be, kv);
     runner.set_graphs(graphs);
     std::mt19937 rng(1234);
     // + 1: the MoE routing probe step after the timed ones.
-    const int64_t vocab = m.config.n_vocab, total = f.input_len + f.warmup + f.output_len + 1;
+    const int64_t vocab = m.config.n_vocab, total = f.input_len + warmup_steps(f) + f.output_len + 1;
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), prompts(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s) {
         if (!pool.grow(tables[size_t(s)], total, kv.block_size))
@@ -110,7 +119,13 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         for (int64_t s = 0; s < B; ++s) next[size_t(s)] = ids[size_t(s)];
     };
     int64_t pos = f.input_len;
-    for (int i = 0; i < f.warmup; ++i) decode_step(pos++);
+    int warm = f.warmup;
+    if (skip) {
+        decode_step(pos++);
+        m.model->set_skip_ops(skip);
+        warm = warmup_steps(f) - 1;
+    }
+    for (int i = 0; i < warm; ++i) decode_step(pos++);
     m.be->synchronize();
     if (at_timed_steps) at_timed_steps();
     double t0 = now_s();
@@ -120,6 +135,7 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         decode_step(pos++);
     }
     double dt = now_s() - t0;
+    m.model->set_skip_ops(0);
     decode_result r;
     r.batch = B;
     r.step_ms = 1e3 * dt / f.output_len;
@@ -169,6 +185,73 @@ void profile_decode(loaded_model& m, kv_cache& kv, block_pool& pool, const bench
                     double(e.calls) / pf.output_len, 1e3 * e.ms / double(e.calls), e.kernel.c_str());
 }
 
+// --breakdown: where a decode step at batch B goes, inside the graph. Each op class of the step
+// (model/step_ops.h) is left out in turn and the step is timed again (a new runner: graphs
+// captured without the class); the class's marginal cost is the full step minus the step without
+// it, so it counts what the class adds to the chain of kernels (its launch, its own time, the
+// overlap it prevents) rather than its kernels timed alone. Rounds alternate the full step and the
+// steps without each class; each time is the best of the rounds. Outputs are garbage while a class
+// is left out (timing only). MoE at B > 1: a class left out can change the routing, hence the
+// experts the batch reads — read those rows with care.
+struct breakdown_row {
+    step_op op;
+    int calls = 0;            // per step
+    double without_ms = 0;    // step time without the class
+    double marginal_ms = 0;   // full − without
+    double weight_bytes = 0;  // weights the class reads per step (footprint; one token's experts)
+};
+
+struct breakdown_result {
+    int64_t batch = 0;
+    double full_ms = 0;
+    std::vector<breakdown_row> rows;
+};
+
+breakdown_result breakdown_decode(loaded_model& m, kv_cache& kv, block_pool& pool, const bench_flags& f, int64_t B,
+                                  const model_footprint& fp, bool graphs) {
+    breakdown_result br;
+    br.batch = B;
+    double full = bench_decode(m, kv, pool, f, B, fp, 0, graphs).step_ms;
+    const step_ops::counts calls = m.model->ops().calls;  // one decode step's forward
+    for (int i = 0; i < k_step_op_count; ++i)
+        if (calls[size_t(i)] > 0) {
+            breakdown_row r;
+            r.op = step_op(i), r.calls = calls[size_t(i)], r.weight_bytes = double(fp.op_bytes[size_t(i)]);
+            r.without_ms = 1e300;
+            br.rows.push_back(r);
+        }
+    for (int round = 0; round < f.breakdown_rounds; ++round) {
+        if (round > 0) full = std::min(full, bench_decode(m, kv, pool, f, B, fp, 0, graphs).step_ms);
+        for (breakdown_row& r : br.rows)
+            r.without_ms = std::min(r.without_ms,
+                                    bench_decode(m, kv, pool, f, B, fp, 0, graphs, nullptr, 1u << int(r.op)).step_ms);
+    }
+    br.full_ms = full;
+    for (breakdown_row& r : br.rows) r.marginal_ms = full - r.without_ms;
+    std::stable_sort(br.rows.begin(), br.rows.end(),
+                     [](const breakdown_row& a, const breakdown_row& b) { return a.marginal_ms > b.marginal_ms; });
+    return br;
+}
+
+void print_breakdown(const breakdown_result& br, double bw, bool graphs) {
+    std::printf("breakdown: batch %lld, decode step %.3f ms (graphs %s); each op class left out in turn, best of the "
+                "rounds\n  op class         calls/step  step without  marginal ms  us/call  %% of step  weight MB  "
+                "us/call at roofline\n",
+                (long long)br.batch, br.full_ms, graphs ? "on" : "off");
+    double sum = 0;
+    for (const breakdown_row& r : br.rows) {
+        sum += r.marginal_ms;
+        std::printf("  %-15s  %10d  %12.3f  %11.3f  %7.2f  %9.1f", step_op_name(r.op), r.calls, r.without_ms, r.marginal_ms,
+                    1e3 * r.marginal_ms / r.calls, 100 * r.marginal_ms / br.full_ms);
+        if (r.weight_bytes > 0 && bw > 0)
+            std::printf("  %9.1f  %19.2f\n", r.weight_bytes / 1e6, 1e6 * r.weight_bytes / r.calls / bw);
+        else
+            std::printf("  %9s  %19s\n", "-", "-");
+    }
+    std::printf("  sum of the marginal costs %.3f ms (%.1f %% of the step); the difference is what two classes "
+                "overlap or share\n", sum, 100 * sum / br.full_ms);
+}
+
 void bench(const model_flags& mf, const bench_flags& f) {
     std::vector<int64_t> batches = parse_list(f.batches);
     if (f.input_len < 1 || f.output_len < 1) throw cli_error("--input-len and --output-len must be >= 1", "e.g. --input-len 128 --output-len 64");
@@ -187,7 +270,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
     double bw = measure_read_bandwidth(*m->be);
 
     const int bs = 16;
-    const int64_t per_seq = (f.input_len + f.warmup + f.output_len + 1 + bs - 1) / bs;  // + the routing probe
+    const int64_t per_seq = (f.input_len + warmup_steps(f) + f.output_len + 1 + bs - 1) / bs;  // + the routing probe
     kv_cache kv = kv_cache::create(*m->be, c, per_seq * max_b, bs, m->model->act_type());
     block_pool pool(per_seq * max_b);
 
@@ -206,6 +289,8 @@ void bench(const model_flags& mf, const bench_flags& f) {
     std::vector<decode_result> rs;
     for (int64_t B : batches) rs.push_back(bench_decode(*m, kv, pool, f, B, fp, bw, !f.no_graphs));
     if (f.profile) profile_decode(*m, kv, pool, f, batches.front());
+    std::optional<breakdown_result> br;
+    if (f.breakdown) br = breakdown_decode(*m, kv, pool, f, batches.front(), fp, !f.no_graphs);
 
     if (f.json) {
         nlohmann::ordered_json j;
@@ -218,6 +303,14 @@ void bench(const model_flags& mf, const bench_flags& f) {
             j["decode"].push_back({{"batch", r.batch}, {"ms_per_step", r.step_ms}, {"tok_s", r.tok_s},
                                    {"bytes_per_step", r.bytes_per_step}, {"roofline_pct", r.roofline_pct},
                                    {"moe_experts_per_layer", r.experts_per_layer}});
+        if (br) {
+            j["breakdown"]["batch"] = br->batch, j["breakdown"]["ms_per_step"] = br->full_ms;
+            j["breakdown"]["ops"] = nlohmann::json::array();
+            for (const breakdown_row& r : br->rows)
+                j["breakdown"]["ops"].push_back({{"op", step_op_name(r.op)}, {"calls_per_step", r.calls},
+                                                 {"ms_per_step_without", r.without_ms}, {"marginal_ms", r.marginal_ms},
+                                                 {"weight_bytes_per_step", r.weight_bytes}});
+        }
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
@@ -237,6 +330,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
                     (long long)c.n_expert_used, (long long)c.n_expert);
         for (const auto& r : rs) std::printf(" batch %lld %.1f%s", (long long)r.batch, r.experts_per_layer, &r == &rs.back() ? "\n" : ",");
     }
+    if (br) print_breakdown(*br, bw, !f.no_graphs);
 }
 
 }  // namespace
@@ -253,6 +347,10 @@ void register_bench(CLI::App& app) {
     cmd->add_flag("--json", f->json, "print JSON");
     cmd->add_flag("--no-graphs", f->no_graphs, "decode without CUDA graphs (to see the launch overhead)");
     cmd->add_flag("--profile", f->profile, "per-kernel device time of a few decode steps at the first batch size");
+    cmd->add_flag("--breakdown", f->breakdown,
+                  "marginal cost of each op class of a decode step at the first batch size (each left out in turn; timing only)");
+    cmd->add_option("--breakdown-rounds", f->breakdown_rounds, "rounds of --breakdown, best time of each kept (default 2)")
+        ->check(CLI::Range(1, 100));
     cmd->callback([mf, f] { bench(*mf, *f); });
 }
 

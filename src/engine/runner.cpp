@@ -179,7 +179,7 @@ const tensor& model_runner::step(const std::vector<seq_chunk>& chunks, result_ki
     // bucket's kv capacity; each row uses its own position).
     layout L = make_layout(sb, sb, wb, sb);
     fill(L, chunks);
-    auto key = std::make_tuple(sb, wb, kind);
+    auto key = std::make_tuple(sb, wb, kind, model_.ops().skip);  // a mask's graph is its own (bench --breakdown)
     auto it = graphs_.find(key);
     if (it != graphs_.end() && be_.replay_graph(it->second.graph)) {
         ++replays_;

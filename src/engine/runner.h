@@ -98,7 +98,7 @@ class model_runner {
         std::shared_ptr<void> graph;
         tensor result;  // what the graph writes: f32 logits rows or i32 argmax ids
     };
-    std::map<std::tuple<int64_t, int64_t, result_kind>, graph_entry> graphs_;
+    std::map<std::tuple<int64_t, int64_t, result_kind, uint32_t>, graph_entry> graphs_;  // + the model's skip mask
     int64_t replays_ = 0;
 };
 

@@ -16,35 +16,42 @@ int64_t linear_bytes(const linear_weight& l) {
 model_footprint decode_footprint(const model_config& c, model_weights& w, int kv_dtype_bytes) {
     model_footprint f;
     // Adds share_num/share_den of the module's bytes and parameters; returns the module's bytes.
-    auto add = [&](const std::string& module, bool dense_ok, int64_t share_num = 1, int64_t share_den = 1) {
+    auto add = [&](step_op op, const std::string& module, bool dense_ok, int64_t share = 1) {
         const linear_weight& l = w.linear(module, dense_ok);
-        f.weight_bytes += linear_bytes(l) * share_num / share_den;
-        f.n_params += l.n_out * l.n_in * share_num / share_den;
+        f.weight_bytes += linear_bytes(l) * share;
+        f.op_bytes[size_t(op)] += linear_bytes(l) * share;
+        f.n_params += l.n_out * l.n_in * share;
         return linear_bytes(l);
     };
-    static const char* const attn[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
-    static const char* const mlp[] = {"gate_proj", "up_proj", "down_proj"};
+    static const char* const qkv[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"};
     f.expert_bytes.assign(size_t(c.n_layer), 0);
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "model.layers." + std::to_string(il) + ".";
-        for (const char* m : attn) add(p + m, false);
+        for (const char* m : qkv) add(step_op::qkv, p + m, false);
+        add(step_op::o_proj, p + "self_attn.o_proj", false);
         if (!c.is_moe_layer(il)) {
-            for (const char* m : mlp) add(p + "mlp." + m, false);
+            add(step_op::gate_up, p + "mlp.gate_proj", false);
+            add(step_op::gate_up, p + "mlp.up_proj", false);
+            add(step_op::down, p + "mlp.down_proj", false);
             continue;
         }
         // MoE: the router, n_expert_used of the n_expert experts (all experts have the same size, so
         // expert 0 stands for each), and the shared expert with its gate.
-        add(p + "mlp.gate", true);
-        for (const char* m : mlp)
-            f.expert_bytes[size_t(il)] += add(p + "mlp.experts.0." + m, false, c.n_expert_used, 1);
+        add(step_op::router, p + "mlp.gate", true);
+        const std::string e = p + "mlp.experts.0.";
+        f.expert_bytes[size_t(il)] += add(step_op::expert_gate_up, e + "gate_proj", false, c.n_expert_used);
+        f.expert_bytes[size_t(il)] += add(step_op::expert_gate_up, e + "up_proj", false, c.n_expert_used);
+        f.expert_bytes[size_t(il)] += add(step_op::expert_down, e + "down_proj", false, c.n_expert_used);
         if (c.n_ff_shexp > 0) {
-            for (const char* m : mlp) add(p + "mlp.shared_expert." + m, false);
-            add(p + "mlp.shared_expert_gate", true);
+            for (const char* m : {"gate_proj", "up_proj", "down_proj"})
+                add(step_op::shared_expert, p + "mlp.shared_expert." + m, false);
+            add(step_op::shared_expert, p + "mlp.shared_expert_gate", true);
         }
     }
     const linear_weight& head = w.linear(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head", true);
     f.lm_head_bytes = linear_bytes(head);
     f.weight_bytes += f.lm_head_bytes;
+    f.op_bytes[size_t(step_op::lm_head)] = f.lm_head_bytes;
     f.n_params += head.n_out * head.n_in;
     f.kv_bytes_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * int64_t(kv_dtype_bytes);
     return f;

@@ -3,11 +3,13 @@
 // the batch (MoE: the router, top-k experts and the shared expert: the active bytes of one
 // token); KV: per sequence, 2 · n_layer · n_head_kv · head_dim · dtype bytes per cached token.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "io/weights.h"
 #include "model/model_config.h"
+#include "model/step_ops.h"
 
 namespace tetra {
 
@@ -19,6 +21,9 @@ struct model_footprint {
     // MoE: per layer, one routed expert's gate + up + down bytes (0 in dense layers). weight_bytes
     // counts n_expert_used of them per layer (one token); a batch reads each distinct expert once.
     std::vector<int64_t> expert_bytes;
+    // weight_bytes by the op class that reads them (model/step_ops.h: qkv, o_proj, gate_up, down,
+    // router, expert_gate_up, expert_down, shared_expert, lm_head; one token's experts).
+    std::array<int64_t, k_step_op_count> op_bytes{};
 };
 
 // kv_dtype_bytes: bytes per KV element (2 for bf16, 4 for f32).

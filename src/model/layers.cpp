@@ -137,59 +137,71 @@ class dense_decoder final : public causal_lm {
                proj = tensor_rows(proj_, 0, n);
         tensor gate = gate_.data ? tensor_rows(gate_, 0, n) : tensor{}, up = up_.data ? tensor_rows(up_, 0, n) : tensor{};
         float scale = 1.0f / std::sqrt(float(c.head_dim));
-        be_.embedding(w_.embed, b.ids, residual);
+        ops_.begin_step();
+        auto run = [&](step_op o) { return ops_.run(o); };
+        if (run(step_op::embedding)) be_.embedding(w_.embed, b.ids, residual);
         tap("embd", -1, residual);
         for (int il = 0; il < int(c.n_layer); ++il) {
             const decoder_layer_weights& L = w_.layers[size_t(il)];
-            if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
-            else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
+            if (run(step_op::attn_norm)) {
+                if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
+                else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
+            }
             tap("attn_norm", il, h);
             if (L.fused_qkv && fused_stage(L, kv.k[size_t(il)])) {
                 // One matmul and one op: q/k norm, rope, q out, k/v into the cache.
                 tensor qkv = tensor_reshape(tensor_rows(qkv_, 0, n), {n, c.n_head + 2 * c.n_head_kv, c.head_dim});
-                be_.matmul(h, L.qkv, tensor_reshape(qkv, {n, (c.n_head + 2 * c.n_head_kv) * c.head_dim}), mode_);
-                be_.qkv_rope_store(qkv, c.qk_norm ? L.q_norm : tensor{}, c.qk_norm ? L.k_norm : tensor{}, c.rms_norm_eps,
-                                   b.meta.positions, inv_freq_, q, kv.k[size_t(il)], kv.v[size_t(il)],
-                                   b.meta.slot_mapping);
+                if (run(step_op::qkv))
+                    be_.matmul(h, L.qkv, tensor_reshape(qkv, {n, (c.n_head + 2 * c.n_head_kv) * c.head_dim}), mode_);
+                if (run(step_op::rope_kv))
+                    be_.qkv_rope_store(qkv, c.qk_norm ? L.q_norm : tensor{}, c.qk_norm ? L.k_norm : tensor{},
+                                       c.rms_norm_eps, b.meta.positions, inv_freq_, q, kv.k[size_t(il)],
+                                       kv.v[size_t(il)], b.meta.slot_mapping);
                 tap("q", il, q);
             } else {
-                if (L.fused_qkv) {
-                    qkv_proj(L, h, n, q, k, v);
-                } else {
-                    be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
-                    be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
-                    be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+                if (run(step_op::qkv)) {
+                    if (L.fused_qkv) {
+                        qkv_proj(L, h, n, q, k, v);
+                    } else {
+                        be_.matmul(h, L.q, tensor_reshape(q, {n, c.n_head * c.head_dim}), mode_);
+                        be_.matmul(h, L.k, tensor_reshape(k, {n, c.n_head_kv * c.head_dim}), mode_);
+                        be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
+                    }
                 }
-                if (c.qk_norm) {
+                const bool rope_kv = run(step_op::rope_kv);
+                if (rope_kv && c.qk_norm) {
                     tensor qr = tensor_reshape(q, {n * c.n_head, c.head_dim});
                     tensor kr = tensor_reshape(k, {n * c.n_head_kv, c.head_dim});
                     be_.rms_norm(qr, L.q_norm, c.rms_norm_eps, qr);
                     be_.rms_norm(kr, L.k_norm, c.rms_norm_eps, kr);
                 }
-                be_.rope(q, k, b.meta.positions, inv_freq_);
+                if (rope_kv) be_.rope(q, k, b.meta.positions, inv_freq_);
                 tap("q", il, q);
-                be_.kv_store(k, v, kv.k[size_t(il)], kv.v[size_t(il)], b.meta.slot_mapping);
+                if (rope_kv) be_.kv_store(k, v, kv.k[size_t(il)], kv.v[size_t(il)], b.meta.slot_mapping);
             }
-            be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
+            if (run(step_op::attention)) be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
             tap("attn_out", il, attn);
-            be_.matmul(attn, L.o, proj, mode_);
-            be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
+            if (run(step_op::o_proj)) be_.matmul(attn, L.o, proj, mode_);
+            if (run(step_op::ffn_norm)) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
             tap("ffn_norm", il, h);
             if (L.moe) {
-                moe_->forward(*L.moe, h, proj, mode_);
+                moe_->forward(*L.moe, h, proj, mode_, ops_);
                 tap("moe_ids", il, moe_->topk_ids(n));
             } else {
-                gate_up_silu(be_, L.mlp, h, gu_.data ? tensor_rows(gu_, 0, n) : tensor{}, up, gate, mode_);
-                be_.matmul(gate, L.down, proj, mode_);
+                if (run(step_op::gate_up))
+                    gate_up_silu(be_, L.mlp, h, gu_.data ? tensor_rows(gu_, 0, n) : tensor{}, up, gate, mode_);
+                if (run(step_op::down)) be_.matmul(gate, L.down, proj, mode_);
             }
             tap("ffn_out", il, proj);
         }
-        be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
+        if (run(step_op::output_norm)) be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
         tap("norm", -1, h);
         tensor last = tensor_rows(last_, 0, b.n_logits);
-        be_.get_rows(h, b.logit_rows, last);
         logits_view_ = tensor_rows(logits_, 0, b.n_logits);
-        be_.matmul(last, w_.lm_head, logits_view_, mode_);
+        if (run(step_op::lm_head)) {
+            be_.get_rows(h, b.logit_rows, last);
+            be_.matmul(last, w_.lm_head, logits_view_, mode_);
+        }
         tap("logits", -1, logits_view_);
         return logits_view_;
     }

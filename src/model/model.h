@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "io/weights.h"
 #include "model/model_config.h"
+#include "model/step_ops.h"
 
 namespace tetra {
 
@@ -48,6 +49,11 @@ class causal_lm {
     virtual const tensor& forward(const forward_batch& b, kv_cache& kv) = 0;
     void set_tap(tap_fn fn) { tap_ = std::move(fn); }
     bool has_tap() const { return bool(tap_); }
+    // `tetra bench --breakdown` only (model/step_ops.h): the op classes to leave out of the next
+    // forwards (bit i: step_op i; 0 = none), and how often each class was reached in the last one.
+    // A graph captured under one mask must not be replayed under another (the runner is made anew).
+    void set_skip_ops(uint32_t mask) { ops_.skip = mask; }
+    const step_ops& ops() const { return ops_; }
 
   protected:
     causal_lm(const model_config& c, backend& be, int64_t max_tokens, dtype act)
@@ -57,6 +63,7 @@ class causal_lm {
     int64_t max_tokens_;
     dtype act_;
     tap_fn tap_;
+    step_ops ops_;
 };
 
 struct model_options {

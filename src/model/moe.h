@@ -11,6 +11,7 @@
 #include "io/weights.h"
 #include "model/mlp.h"
 #include "model/model_config.h"
+#include "model/step_ops.h"
 
 namespace tetra {
 
@@ -40,7 +41,8 @@ class moe_ffn {
   public:
     moe_ffn(const model_config& c, backend& be, int64_t max_tokens, dtype act);
     // h: [n_tokens, n_embd] act (the post-attention norm output); out: [n_tokens, n_embd] act
-    void forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode);
+    // ops: the model's step_ops (the MoE classes are counted and skipped there).
+    void forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode, step_ops& ops);
     // The last forward's routed experts: i32 [n_tokens, n_expert_used] on the device (first n rows).
     tensor topk_ids(int64_t n) const { return tensor_rows(ids_, 0, n); }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -64,4 +65,43 @@ TEST(cli_bench, dense_bytes_are_the_weights_and_kv) {
         EXPECT_EQ(j["decode"][i]["moe_experts_per_layer"].get<double>(), 0.0);
         EXPECT_DOUBLE_EQ(j["decode"][i]["bytes_per_step"].get<double>(), weights + (i + 1) * 13.5 * kv_tok);
     }
+}
+
+// --breakdown: one row per op class the step reaches, with the calls per step and the weights each
+// class reads, from the config's literals (4 layers, layer 1 dense (mlp_only_layers), 3 MoE layers
+// of top-2 512 × 256 NVFP4 experts, bf16 lm_head 8192 × 512 (excluded from quantization), dense
+// FFN 512 × 1024 NVFP4).
+TEST(cli_bench, breakdown_lists_every_op_class_of_the_step) {
+    nlohmann::json j = bench_json(k_configs + "qwen3-moe-tiny-nvfp4 --load-format dummy --device cpu --batch 1 "
+                                  "--input-len 8 --output-len 2 --skip-selftest --breakdown --breakdown-rounds 1");
+    ASSERT_TRUE(j.is_object());
+    ASSERT_TRUE(j.contains("breakdown"));
+    const auto& b = j["breakdown"];
+    EXPECT_EQ(b["batch"].get<int>(), 1);
+    const double nvfp4 = 0.5 + 1.0 / 16;  // bytes per weight: e2m1 code + one e4m3 scale per 16
+    const std::map<std::string, std::pair<int, double>> want = {
+        {"embedding", {1, 0}},
+        {"attn_norm", {4, 0}},
+        {"qkv", {4, 4 * (8 + 2 * 4) * 64 * 512 * nvfp4}},
+        {"rope_kv", {4, 0}},
+        {"attention", {4, 0}},
+        {"o_proj", {4, 4 * 512 * 8 * 64 * nvfp4}},
+        {"ffn_norm", {4, 0}},
+        {"gate_up", {1, 2 * 1024 * 512 * nvfp4}},
+        {"down", {1, 512 * 1024 * nvfp4}},
+        {"router", {3, 3 * 16 * 512 * 2.0}},
+        {"route", {3, 0}},
+        {"gather", {3, 0}},
+        {"expert_gate_up", {3, 3 * 2 * 2 * 256 * 512 * nvfp4}},
+        {"expert_down", {3, 3 * 2 * 512 * 256 * nvfp4}},
+        {"combine", {3, 0}},
+        {"output_norm", {1, 0}},
+        {"lm_head", {1, 8192 * 512 * 2.0}},
+    };
+    std::map<std::string, std::pair<int, double>> got;
+    for (const auto& r : b["ops"]) {
+        got[r["op"].get<std::string>()] = {r["calls_per_step"].get<int>(), r["weight_bytes_per_step"].get<double>()};
+        EXPECT_GT(r["ms_per_step_without"].get<double>(), 0.0) << r.dump();
+    }
+    EXPECT_EQ(got, want);
 }
