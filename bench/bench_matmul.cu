@@ -8,7 +8,7 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --pattern-bulk | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -244,6 +244,13 @@ __global__ void pattern_bulk_kernel(const uint4* codes, long k_chunks, long n_ti
 }
 
 static void run_pattern_bulk(double bw) {
+    int dev = 0, cc = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
+    if (cc < 9) {
+        std::printf("--pattern-bulk needs sm_90 or later (bulk copies); this device is sm_%d*\n", cc);
+        return;
+    }
     using fn = void (*)(const uint4*, long, long, int, uint32_t*);
     struct kv { const char* name; fn f; int slots; };
     const kv ks[] = {{"ld16 depth 8", nullptr, 1}, {"bulk 1x4096", pattern_bulk_kernel<1, 4096>, 1},

@@ -15,9 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
-#include <string>
-#include <vector>
 
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -228,7 +225,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     const int pair = blockIdx.x * (WARPS / 2) + (warp & (WARPS / 2 - 1));
     const int tile = !SILU ? blockIdx.x * WARPS + warp : pair + (warp < WARPS / 2 ? 0 : p.n_ff / 16);
     const bool active = !SILU ? tile < p.n_tiles : pair < p.n_ff / 16;
-    const uint4* cbase = p.codes + size_t(tile) * GROUP_CHUNKS * 32 + lane;  // group 0's chunks of the tile
+    const uint4* cbase = p.codes + chunk_index(tile, 0, p.n_tiles) * 32 + lane;  // group 0's chunks of the tile
     const size_t gstride = group_stride_u4(p.n_tiles);
     const uint4* sbase = p.scales + size_t(tile) * p.k_groups * 32 + lane;
 
@@ -501,7 +498,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
         const int tile_n = rb_n * WARPS + warp;
         const bool active_n = more && tile_n < p.n_tiles;
         const uint4* cnext =  // loop-carried (kept in a register): the next group, or a new row block's first
-            grp_n == 0 ? p.codes + size_t(tile_n) * GROUP_CHUNKS * 32 + lane : ccur + gstride;
+            grp_n == 0 ? p.codes + chunk_index(tile_n, 0, p.n_tiles) * 32 + lane : ccur + gstride;
         const int n_next = active_n ? min(GROUP_CHUNKS, p.k_chunks - grp_n * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
         const __nv_bfloat16* xg = xs + ((u - u0) & 1) * slot_elems;
@@ -627,13 +624,15 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
                                                const w4a16_small_config& cfg) {
     w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
     w4a16_sm80_workspace ws;
-    const run_plan rp = plan_runs(d, sm_count, cfg);
-    for (int64_t m = 1; m <= std::min(m_max, W4A16_SM80_SMALL_M_MAX); ++m) {
-        small_plan pl = plan_small(m, d, sm_count, cfg.gps);
-        if (pl.splits > 1) ws.partial_bytes = std::max(ws.partial_bytes, size_t(pl.splits) * d.n_tiles * 16 * ((m + 3) & ~3) * 4);
-        ws.counter_count = std::max(ws.counter_count, size_t(pl.row_blocks));
-        if (m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2)
-            ws.partial_bytes = std::max(ws.partial_bytes, run_partial_bytes(rp, m));
+    // Version 1's splits and row blocks do not depend on m, and both partial sizes grow with m: the
+    // largest m each kernel takes sizes them.
+    const int64_t m_small = std::min(m_max, W4A16_SM80_SMALL_M_MAX), m_run = std::min(m_max, W4A16_RUN_M_MAX);
+    if (m_small >= 1) {
+        const small_plan pl = plan_small(m_small, d, sm_count, cfg.gps);
+        if (pl.splits > 1) ws.partial_bytes = size_t(pl.splits) * d.n_tiles * 16 * ((m_small + 3) & ~3) * 4;
+        ws.counter_count = size_t(pl.row_blocks);
+        if (m_run >= 1 && small_version(d, sm_count, cfg) == 2)
+            ws.partial_bytes = std::max(ws.partial_bytes, run_partial_bytes(plan_runs(d, sm_count, cfg), m_run));
     }
     if (m_max > W4A16_SM80_SMALL_M_MAX) {
         // the whole bf16 weight if it takes ≤ 128 MB (one pass), else two 64-MB ping-pong buffers
