@@ -240,6 +240,8 @@ __global__ void pattern_bulk_kernel(const uint4* codes, long k_chunks, long n_ti
         if (lane == 0 && gi + SLOTS < g1) issue(gi + SLOTS, slot);
     }
     if (acc == 0x9E3779B9u) *sink = acc;
+#else
+    __trap();  // no bulk copies below sm_90 (run_pattern_bulk checks the image first)
 #endif
 }
 
@@ -247,8 +249,11 @@ static void run_pattern_bulk(double bw) {
     int dev = 0, cc = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
-    if (cc < 9) {
-        std::printf("--pattern-bulk needs sm_90 or later (bulk copies); this device is sm_%d*\n", cc);
+    cudaFuncAttributes fa{};
+    CK(cudaFuncGetAttributes(&fa, pattern_bulk_kernel<1, 4096>));
+    if (cc < 9 || fa.binaryVersion < 90 || fa.ptxVersion < 90) {
+        std::printf("--pattern-bulk needs sm_90+ code on an sm_90+ device; device sm_%d*, kernel image sm_%d (PTX %d)\n",
+                    cc, fa.binaryVersion, fa.ptxVersion);
         return;
     }
     using fn = void (*)(const uint4*, long, long, int, uint32_t*);

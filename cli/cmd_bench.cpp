@@ -119,11 +119,15 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         for (int64_t s = 0; s < B; ++s) next[size_t(s)] = ids[size_t(s)];
     };
     int64_t pos = f.input_len;
-    int warm = f.warmup;
+    int warm = warmup_steps(f);  // the same for the full step and every skip mask
+    struct skip_guard {      // the mask never outlives this run, even when a step throws
+        causal_lm& lm;
+        ~skip_guard() { lm.set_skip_ops(0); }
+    } guard{*m.model};
     if (skip) {
         decode_step(pos++);
         m.model->set_skip_ops(skip);
-        warm = warmup_steps(f) - 1;
+        --warm;
     }
     for (int i = 0; i < warm; ++i) decode_step(pos++);
     m.be->synchronize();
@@ -135,7 +139,7 @@ decode_result bench_decode(loaded_model& m, kv_cache& kv, block_pool& pool, cons
         decode_step(pos++);
     }
     double dt = now_s() - t0;
-    m.model->set_skip_ops(0);
+    m.model->set_skip_ops(0);  // the MoE routing probe below runs complete
     decode_result r;
     r.batch = B;
     r.step_ms = 1e3 * dt / f.output_len;
@@ -321,7 +325,7 @@ void bench(const model_flags& mf, const bench_flags& f) {
                 fp.weight_bytes / 1e9, fp.lm_head_bytes / 1e9, fp.kv_bytes_per_token / 1024.0);
     std::printf("prefill %d tokens: %.1f tok/s\n", f.input_len, prefill_tok_s);
     std::printf("decode (context %d..%d, graphs %s):\n  batch   ms/step     tok/s   GB/step   %% roofline\n", f.input_len,
-                f.input_len + f.warmup + f.output_len, f.no_graphs ? "off" : "on");
+                f.input_len + warmup_steps(f) + f.output_len, f.no_graphs ? "off" : "on");
     for (const auto& r : rs)
         std::printf("  %5lld  %8.3f  %8.1f  %8.3f   %6.1f\n", (long long)r.batch, r.step_ms, r.tok_s, r.bytes_per_step / 1e9,
                     r.roofline_pct);
@@ -343,7 +347,7 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--batch", f->batches, "decode batch sizes, comma-separated (default 1)");
     cmd->add_option("--input-len", f->input_len, "prompt tokens per sequence (default 128)");
     cmd->add_option("--output-len", f->output_len, "timed decode steps (default 64)");
-    cmd->add_option("--warmup", f->warmup, "untimed decode steps first (default 4)");
+    cmd->add_option("--warmup", f->warmup, "untimed decode steps first (default 4; at least 2 with --breakdown)");
     cmd->add_flag("--json", f->json, "print JSON");
     cmd->add_flag("--no-graphs", f->no_graphs, "decode without CUDA graphs (to see the launch overhead)");
     cmd->add_flag("--profile", f->profile, "per-kernel device time of a few decode steps at the first batch size");

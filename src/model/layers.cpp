@@ -139,11 +139,11 @@ class dense_decoder final : public causal_lm {
         float scale = 1.0f / std::sqrt(float(c.head_dim));
         ops_.begin_step();
         auto run = [&](step_op o) { return ops_.run(o); };
-        if (run(step_op::embedding)) be_.embedding(w_.embed, b.ids, residual);
+        if (run(step_op::EMBEDDING)) be_.embedding(w_.embed, b.ids, residual);
         tap("embd", -1, residual);
         for (int il = 0; il < int(c.n_layer); ++il) {
             const decoder_layer_weights& L = w_.layers[size_t(il)];
-            if (run(step_op::attn_norm)) {
+            if (run(step_op::ATTN_NORM)) {
                 if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
                 else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
             }
@@ -151,15 +151,15 @@ class dense_decoder final : public causal_lm {
             if (L.fused_qkv && fused_stage(L, kv.k[size_t(il)])) {
                 // One matmul and one op: q/k norm, rope, q out, k/v into the cache.
                 tensor qkv = tensor_reshape(tensor_rows(qkv_, 0, n), {n, c.n_head + 2 * c.n_head_kv, c.head_dim});
-                if (run(step_op::qkv))
+                if (run(step_op::QKV))
                     be_.matmul(h, L.qkv, tensor_reshape(qkv, {n, (c.n_head + 2 * c.n_head_kv) * c.head_dim}), mode_);
-                if (run(step_op::rope_kv))
+                if (run(step_op::ROPE_KV))
                     be_.qkv_rope_store(qkv, c.qk_norm ? L.q_norm : tensor{}, c.qk_norm ? L.k_norm : tensor{},
                                        c.rms_norm_eps, b.meta.positions, inv_freq_, q, kv.k[size_t(il)],
                                        kv.v[size_t(il)], b.meta.slot_mapping);
                 tap("q", il, q);
             } else {
-                if (run(step_op::qkv)) {
+                if (run(step_op::QKV)) {
                     if (L.fused_qkv) {
                         qkv_proj(L, h, n, q, k, v);
                     } else {
@@ -168,7 +168,7 @@ class dense_decoder final : public causal_lm {
                         be_.matmul(h, L.v, tensor_reshape(v, {n, c.n_head_kv * c.head_dim}), mode_);
                     }
                 }
-                const bool rope_kv = run(step_op::rope_kv);
+                const bool rope_kv = run(step_op::ROPE_KV);
                 if (rope_kv && c.qk_norm) {
                     tensor qr = tensor_reshape(q, {n * c.n_head, c.head_dim});
                     tensor kr = tensor_reshape(k, {n * c.n_head_kv, c.head_dim});
@@ -179,26 +179,26 @@ class dense_decoder final : public causal_lm {
                 tap("q", il, q);
                 if (rope_kv) be_.kv_store(k, v, kv.k[size_t(il)], kv.v[size_t(il)], b.meta.slot_mapping);
             }
-            if (run(step_op::attention)) be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
+            if (run(step_op::ATTENTION)) be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
             tap("attn_out", il, attn);
-            if (run(step_op::o_proj)) be_.matmul(attn, L.o, proj, mode_);
-            if (run(step_op::ffn_norm)) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
+            if (run(step_op::O_PROJ)) be_.matmul(attn, L.o, proj, mode_);
+            if (run(step_op::FFN_NORM)) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
             tap("ffn_norm", il, h);
             if (L.moe) {
                 moe_->forward(*L.moe, h, proj, mode_, ops_);
                 tap("moe_ids", il, moe_->topk_ids(n));
             } else {
-                if (run(step_op::gate_up))
+                if (run(step_op::GATE_UP))
                     gate_up_silu(be_, L.mlp, h, gu_.data ? tensor_rows(gu_, 0, n) : tensor{}, up, gate, mode_);
-                if (run(step_op::down)) be_.matmul(gate, L.down, proj, mode_);
+                if (run(step_op::DOWN)) be_.matmul(gate, L.down, proj, mode_);
             }
             tap("ffn_out", il, proj);
         }
-        if (run(step_op::output_norm)) be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
+        if (run(step_op::OUTPUT_NORM)) be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
         tap("norm", -1, h);
         tensor last = tensor_rows(last_, 0, b.n_logits);
         logits_view_ = tensor_rows(logits_, 0, b.n_logits);
-        if (run(step_op::lm_head)) {
+        if (run(step_op::LM_HEAD)) {
             be_.get_rows(h, b.logit_rows, last);
             be_.matmul(last, w_.lm_head, logits_view_, mode_);
         }

@@ -51,7 +51,7 @@ class causal_lm {
     bool has_tap() const { return bool(tap_); }
     // `tetra bench --breakdown` only (model/step_ops.h): the op classes to leave out of the next
     // forwards (bit i: step_op i; 0 = none), and how often each class was reached in the last one.
-    // A graph captured under one mask must not be replayed under another (the runner is made anew).
+    // The runner keys its captured graphs by this mask, so a graph is replayed only under its own.
     void set_skip_ops(uint32_t mask) { ops_.skip = mask; }
     const step_ops& ops() const { return ops_; }
 

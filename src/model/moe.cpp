@@ -96,18 +96,21 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     tensor logits = tensor_rows(logits_, 0, n), ids = tensor_rows(ids_, 0, n), wts = tensor_rows(weights_, 0, n);
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
     tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), ys = tensor_rows(ys_, 0, rows);
-    if (ops.run(step_op::router)) be_.matmul(h, L.router, logits, mode);
+    if (ops.run(step_op::ROUTER)) be_.matmul(h, L.router, logits, mode);
     // The grouped matmuls run at least two launches after the permutation wrote the offsets (the
     // gather is between): offsets_early lets their kernels find their work before the previous
     // kernel ends (moe_matmul_args::offsets_early). `early` stays false only where a skipped class
     // (bench --breakdown) would leave no launch between the permutation and the matmul.
     bool early = true;
-    if (ops.run(step_op::route)) {
+    if (ops.run(step_op::ROUTE)) {
         moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest);
         early = false;
     }
-    if (ops.run(step_op::gather)) be_.get_rows(h, sorted, xs), early = true;
-    const bool gate_up = ops.run(step_op::expert_gate_up);
+    if (ops.run(step_op::GATHER)) {
+        be_.get_rows(h, sorted, xs);
+        early = true;
+    }
+    const bool gate_up = ops.run(step_op::EXPERT_GATE_UP);
     if (gate_up && L.fused_gate_up) {  // one grouped matmul over [gate; up] with silu (gu: scratch)
         moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode, early);  // one kernel on CUDA
     } else if (gate_up) {
@@ -116,18 +119,18 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
         moe_matmul(be_, xs, L.up, offsets_, u, mode, true);
         be_.silu_mul(g, u, g);
     }
-    if (ops.run(step_op::expert_down)) moe_matmul(be_, g, L.down, offsets_, ys, mode, early || gate_up);
+    if (ops.run(step_op::EXPERT_DOWN)) moe_matmul(be_, g, L.down, offsets_, ys, mode, early || gate_up);
     if (!L.has_shared) {
-        if (ops.run(step_op::combine)) moe_combine(be_, ys, dest, wts, out);
+        if (ops.run(step_op::COMBINE)) moe_combine(be_, ys, dest, wts, out);
         return;
     }
     tensor sg = tensor_rows(sh_g_, 0, n), sy = tensor_rows(sh_y_, 0, n), gate = tensor_rows(sh_gate_, 0, n);
-    if (ops.run(step_op::shared_expert)) {
+    if (ops.run(step_op::SHARED_EXPERT)) {
         gate_up_silu(be_, L.shared, h, tensor_rows(sh_gu_, 0, n), front(sh_gu_, n, c_.n_ff_shexp), sg, mode);
         be_.matmul(sg, L.shared_down, sy, mode);
         be_.matmul(h, L.shared_expert_gate, gate, mode);
     }
-    if (ops.run(step_op::combine)) moe_combine(be_, ys, dest, wts, out, sy, gate);
+    if (ops.run(step_op::COMBINE)) moe_combine(be_, ys, dest, wts, out, sy, gate);
 }
 
 }  // namespace tetra

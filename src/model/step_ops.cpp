@@ -3,11 +3,12 @@
 namespace tetra {
 
 namespace {
-const char* const k_names[k_step_op_count] = {
+const char* const k_names[] = {
     "embedding", "attn_norm", "qkv",    "rope_kv",        "attention",   "o_proj",        "ffn_norm",
     "gate_up",   "down",      "router", "route",          "gather",      "expert_gate_up", "expert_down",
     "shared_expert", "combine", "output_norm", "lm_head",
 };
+static_assert(sizeof(k_names) / sizeof(k_names[0]) == k_step_op_count, "a step_op without a name");
 }  // namespace
 
 const char* step_op_name(step_op o) {

@@ -1,10 +1,8 @@
-// step_ops: the op classes of one forward step, for `tetra bench --breakdown` (docs/perf.md).
-// Each class is one or more backend ops at one place of the forward (qkv: the fused matmul, or the
-// q, k and v matmuls; rope_kv: qk-norm, rope and the KV store, fused or not). A class can be
-// skipped: its ops are not issued and their outputs keep what they held, so the time of a step
-// without the class, against a full step, is the class's marginal cost inside the captured decode
-// graph (launch, its share of the kernel chain, what overlaps it). Timing only: a model with any
-// class skipped computes garbage, and nothing but the bench sets a skip mask.
+// step_ops: the op classes of one forward step (each one or more backend ops at one place of the
+// forward), which `tetra bench --breakdown` leaves out one at a time: a skipped class issues no op, so
+// the step without it, against a full step, gives its marginal cost inside the decode graph
+// (docs/perf.md). Timing only: with a class skipped the model computes garbage (its outputs keep
+// stale values, or for some paths read other stale buffers: always in bounds and finite).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -13,26 +11,26 @@
 namespace tetra {
 
 enum class step_op : int {
-    embedding,       // token embedding rows
-    attn_norm,       // the layer's first norm (layer 0: rms_norm; then the residual add + rms_norm)
-    qkv,             // the q/k/v projection(s)
-    rope_kv,         // qk-norm, rope, k/v into the cache
-    attention,       // attention over the cache (with its split merge)
-    o_proj,          // the attention output projection
-    ffn_norm,        // residual add + rms_norm before the FFN
-    gate_up,         // dense FFN: gate/up projection(s) and silu · up
-    down,            // dense FFN: down projection
-    router,          // MoE: router logits
-    route,           // MoE: softmax, top-k, the token → expert permutation
-    gather,          // MoE: the routed token rows gathered per expert
-    expert_gate_up,  // MoE: grouped gate/up matmul(s) and silu · up
-    expert_down,     // MoE: grouped down matmul
-    shared_expert,   // MoE: the shared expert (gate/up, down) and its gate
-    combine,         // MoE: weighted sum of the expert rows (+ shared expert)
-    output_norm,     // residual add + final rms_norm
-    lm_head,         // the logit rows and the output projection
+    EMBEDDING,       // token embedding rows
+    ATTN_NORM,       // the layer's first norm (layer 0: rms_norm; then the residual add + rms_norm)
+    QKV,             // the q/k/v projection(s)
+    ROPE_KV,         // qk-norm, rope, k/v into the cache
+    ATTENTION,       // attention over the cache (with its split merge)
+    O_PROJ,          // the attention output projection
+    FFN_NORM,        // residual add + rms_norm before the FFN
+    GATE_UP,         // dense FFN: gate/up projection(s) and silu · up
+    DOWN,            // dense FFN: down projection
+    ROUTER,          // MoE: router logits
+    ROUTE,           // MoE: softmax, top-k, the token → expert permutation
+    GATHER,          // MoE: the routed token rows gathered per expert
+    EXPERT_GATE_UP,  // MoE: grouped gate/up matmul(s) and silu · up
+    EXPERT_DOWN,     // MoE: grouped down matmul
+    SHARED_EXPERT,   // MoE: the shared expert (gate/up, down) and its gate
+    COMBINE,         // MoE: weighted sum of the expert rows (+ shared expert)
+    OUTPUT_NORM,     // residual add + final rms_norm
+    LM_HEAD,         // the logit rows and the output projection
 };
-constexpr int k_step_op_count = int(step_op::lm_head) + 1;
+constexpr int k_step_op_count = int(step_op::LM_HEAD) + 1;
 
 // "attn_norm", ...; step_op_of: the class of a name, false if none.
 const char* step_op_name(step_op o);

@@ -1,14 +1,14 @@
-// The op classes of a forward step (model/step_ops.h), which `tetra bench --breakdown` leaves out
-// one at a time: every class is reached as often as the architecture says (counts from the config:
-// per layer, per MoE layer, once per step), the classes partition the step's backend ops (leaving a
-// class out removes ops, removes no op of another class, and together they remove every op, so no
-// op escapes the breakdown), and a class left out keeps its outputs as they were. Dense Llama
-// (fused and separate q/k/v, gate/up), Qwen3 (qk-norm), Qwen3-MoE with a dense layer, and a
-// Qwen3-MoE with a shared expert; dummy weights on the CPU backend.
+// The op classes of a forward step (model/step_ops.h) that `tetra bench --breakdown` leaves out: each
+// reached as often as the config says, together a partition of the step's backend ops, each matmul
+// class on its own weights, and the logits kept with lm_head left out. Dense Llama (fused and
+// separate projections), Qwen3 (qk-norm), Qwen3-MoE with a dense layer and with a shared expert;
+// dummy weights on the CPU backend.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
+#include <set>
+#include <string>
 
 #include "engine/runner.h"
 #include "io/dummy_weights.h"
@@ -113,12 +113,12 @@ TEST(step_ops, classes_are_reached_as_the_architecture_says) {
         const step_ops::counts& n = h.lm->ops().calls;
         const int layers = mc.dense_layers + mc.moe_layers, moe = mc.moe_layers;
         std::map<step_op, int> want = {
-            {step_op::embedding, 1},      {step_op::attn_norm, layers},  {step_op::qkv, layers},
-            {step_op::rope_kv, layers},   {step_op::attention, layers},  {step_op::o_proj, layers},
-            {step_op::ffn_norm, layers},  {step_op::gate_up, mc.dense_layers}, {step_op::down, mc.dense_layers},
-            {step_op::router, moe},       {step_op::route, moe},         {step_op::gather, moe},
-            {step_op::expert_gate_up, moe}, {step_op::expert_down, moe}, {step_op::shared_expert, mc.shared ? moe : 0},
-            {step_op::combine, moe},      {step_op::output_norm, 1},     {step_op::lm_head, 1},
+            {step_op::EMBEDDING, 1},      {step_op::ATTN_NORM, layers},  {step_op::QKV, layers},
+            {step_op::ROPE_KV, layers},   {step_op::ATTENTION, layers},  {step_op::O_PROJ, layers},
+            {step_op::FFN_NORM, layers},  {step_op::GATE_UP, mc.dense_layers}, {step_op::DOWN, mc.dense_layers},
+            {step_op::ROUTER, moe},       {step_op::ROUTE, moe},         {step_op::GATHER, moe},
+            {step_op::EXPERT_GATE_UP, moe}, {step_op::EXPERT_DOWN, moe}, {step_op::SHARED_EXPERT, mc.shared ? moe : 0},
+            {step_op::COMBINE, moe},      {step_op::OUTPUT_NORM, 1},     {step_op::LM_HEAD, 1},
         };
         ASSERT_EQ(int(want.size()), k_step_op_count);
         for (const auto& e : want)
@@ -152,19 +152,64 @@ TEST(step_ops, classes_partition_the_ops_of_a_step) {
     }
 }
 
-TEST(step_ops, a_class_left_out_keeps_its_outputs) {
+TEST(step_ops, lm_head_left_out_keeps_the_logits) {
     harness h(cases()[0]);
     const std::vector<float> a = h.decode(7), b = h.decode(250);
     ASSERT_EQ(a.size(), b.size());
     ASSERT_NE(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "two tokens gave the same logits";
     h.decode(7);
-    h.lm->set_skip_ops(1u << int(step_op::lm_head));
+    h.lm->set_skip_ops(1u << int(step_op::LM_HEAD));
     const std::vector<float> kept = h.decode(250);
     h.lm->set_skip_ops(0);
     EXPECT_EQ(0, std::memcmp(kept.data(), a.data(), a.size() * sizeof(float)))
         << "with lm_head left out the logits are not the previous step's";
     const std::vector<float> again = h.decode(250);
     EXPECT_EQ(0, std::memcmp(again.data(), b.data(), b.size() * sizeof(float))) << "the mask was not cleared";
+}
+
+// Each matmul class reads its own weights: the matmuls a class's absence removes are keyed (op
+// profiler: kernel + weight shape) by exactly the weights the config says the class reads. NVFP4
+// weights show as [rows, k / 2] code bytes, dense ones (router, shared-expert gate, lm_head) as
+// [rows, k]. Catches a class label on the wrong op, which the partition test cannot see.
+std::string shape(int64_t rows, int64_t cols) { return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]"; }
+
+TEST(step_ops, matmul_classes_read_their_own_weights) {
+    for (const model_case& mc : cases()) {
+        const model_config& c = mc.cfg;
+        const int64_t e = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
+        std::map<step_op, std::set<std::string>> want = {
+            {step_op::QKV, mc.fuse ? std::set<std::string>{shape(q + 2 * kv, e / 2)}
+                                   : std::set<std::string>{shape(q, e / 2), shape(kv, e / 2)}},
+            {step_op::O_PROJ, {shape(e, q / 2)}},
+            {step_op::LM_HEAD, {shape(c.n_vocab, e)}},
+        };
+        if (mc.dense_layers > 0) {
+            want[step_op::GATE_UP] = {shape(mc.fuse ? 2 * c.n_ff : c.n_ff, e / 2)};
+            want[step_op::DOWN] = {shape(e, c.n_ff / 2)};
+        }
+        if (mc.moe_layers > 0) {
+            want[step_op::ROUTER] = {shape(c.n_expert, e)};
+            want[step_op::EXPERT_GATE_UP] = {shape(2 * c.n_ff_exp, e / 2)};
+            want[step_op::EXPERT_DOWN] = {shape(e, c.n_ff_exp / 2)};
+        }
+        if (mc.shared) want[step_op::SHARED_EXPERT] = {shape(2 * c.n_ff_shexp, e / 2), shape(e, c.n_ff_shexp / 2), shape(1, e)};
+        harness h(mc);
+        const std::map<std::string, int64_t> full = h.decode_ops(0);
+        for (int i = 0; i < k_step_op_count; ++i) {
+            const step_op o = step_op(i);
+            const std::map<std::string, int64_t> without = h.decode_ops(1u << i);
+            std::set<std::string> got;
+            for (const auto& kv_ : full) {
+                const std::string& key = kv_.first;
+                auto it = without.find(key);
+                const bool removed = it == without.end() || it->second < kv_.second;
+                if (removed && key.find("matmul") != std::string::npos && key.find("silu") == std::string::npos)
+                    got.insert(key.substr(key.find('[')));
+            }
+            auto w = want.find(o);
+            EXPECT_EQ(got, w == want.end() ? std::set<std::string>{} : w->second) << mc.name << ": " << step_op_name(o);
+        }
+    }
 }
 
 TEST(step_ops, names_round_trip) {
