@@ -121,4 +121,19 @@ TEST(w4a16_layout, chunk_index_is_group_major) {
     EXPECT_EQ(chunk_index(0, GROUP_CHUNKS, n_tiles), chunk_index(n_tiles - 1, GROUP_CHUNKS - 1, n_tiles) + 1);
 }
 
+// The small-M kernels' shared memory: 32 KB of weight rings + two x slots of m rows × 520 bf16; the
+// rows that fit a device's opt-in limit per block (sizes from cudaDeviceProp.sharedMemPerBlockOptin:
+// H100 232448, A100 166912, sm_86/89/120/121 101376). Expected rows worked out by hand from that
+// layout: 32768 + 2080·m ≤ limit.
+TEST(w4a16_layout, small_m_rows_that_fit_the_device) {
+    EXPECT_EQ(w4a16_small_smem(1), 32768 + 2080);
+    EXPECT_EQ(w4a16_small_smem(64), 32768 + 133120);
+    EXPECT_EQ(w4a16_small_m_fit(232448, 64), 64);   // H100: every small m
+    EXPECT_EQ(w4a16_small_m_fit(166912, 64), 64);   // A100: 165888 fits
+    EXPECT_EQ(w4a16_small_m_fit(101376, 64), 32);   // 99 KB: 99328 fits, 33 rows need 101408
+    EXPECT_EQ(w4a16_small_m_fit(49152, 64), 7);     // 48 KB: 47328 fits, 8 rows need 49408
+    EXPECT_EQ(w4a16_small_m_fit(34847, 64), 0);     // not even one row (34848)
+    EXPECT_EQ(w4a16_small_m_fit(232448, 16), 16);   // the cap
+}
+
 }  // namespace

@@ -94,12 +94,14 @@ struct w4a16_small_config {
 // The version the default config runs for 1 ≤ m ≤ W4A16_RUN_M_MAX on an [n, k] weight (1 or 2).
 int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count);
 
-// Sizes for shapes up to (m_max, n, k) on a device with `sm_count` SMs (and small-M config cfg).
+// Sizes for shapes up to (m_max, n, k) on the current device, with `sm_count` SMs (and small-M
+// config cfg).
 w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t k, int sm_count,
                                                const w4a16_small_config& cfg = {});
 
 // out[m, n] = x[m, k] · Wᵀ. x: bf16 [m, k]; out: bf16 [m, n]. Picks the small-M kernel for
-// m ≤ W4A16_SM80_SMALL_M_MAX, else the dequant + cuBLASLt path. Deterministic (fixed-order
+// m ≤ W4A16_SM80_SMALL_M_MAX rows whose shared memory fits the device (w4a16_small_m_fit: 32 rows
+// on 99-KB devices such as sm_86/89/120/121), else the dequant + cuBLASLt path. Deterministic (fixed-order
 // split-K reduction, no float atomics).
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                     const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -33,6 +34,22 @@ using w4a16::GROUP_K;
 constexpr int RING_BYTES = WARPS * 8 * 32 * 16;             // per-warp rings of 8 chunk slots
 constexpr int X_SMEM_MAX = RING_BYTES + 2 * 64 * (512 + 8) * 2;  // + two x slots at m = 64
 constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows across banks
+static_assert(RING_BYTES == W4A16_SMALL_RING_BYTES && X_SMEM_MAX == w4a16_small_smem(64) && X_PAD == 8,
+              "w4a16_small_smem (w4a16_layout.h) must describe this file's shared memory");
+
+// The current device's opt-in shared memory per block (asked once per device) and the rows the
+// small-M kernels take within it (w4a16_small_m_fit: 64 on H100, 32 on 99-KB devices).
+int64_t smem_optin_here() {
+    static std::atomic<int> cache[64];  // 0: not asked yet
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && cache[dev].load(std::memory_order_relaxed) > 0) return cache[dev].load(std::memory_order_relaxed);
+    int v = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
+    return v;
+}
+int64_t small_m_max_here() { return w4a16_small_m_fit(smem_optin_here(), W4A16_SM80_SMALL_M_MAX); }
 
 // ---- packed layout: w4a16_layout.h (the packer: w4a16_layout.cpp) ------------------------------
 
@@ -219,9 +236,15 @@ __device__ __forceinline__ void group_step_bulk(const small_params& p, const uin
         xr[u] = reinterpret_cast<const uint4*>(xg + (8 * u + g < p.m ? 8 * u + g : 0) * (GROUP_K + X_PAD) + 16 * t);
     mbar_wait(bar + 8 * slot, uint32_t(j / BULK) & 1u);
     const uint4* q = ring + slot * GROUP_CHUNKS * 32;
+    if (n_cur == GROUP_CHUNKS) {  // one basic block: the chunks' loads and decodes interleave
 #pragma unroll
-    for (int i = 0; i < GROUP_CHUNKS; ++i)
-        if (i < n_cur) compute_chunk<NT>(q[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
+        for (int i = 0; i < GROUP_CHUNKS; ++i)
+            compute_chunk<NT>(q[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < GROUP_CHUNKS; ++i)
+            if (i < n_cur) compute_chunk<NT>(q[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
+    }
     __syncwarp();  // every lane has read the slot
     if (lane == 0 && refill) bulk_group(ring_sa + slot * GROUP_CHUNKS * 512, refill, bar + 8 * slot);
 }
@@ -483,9 +506,10 @@ template <int NT, bool SILU = false, int BULK = 0>
 void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU, BULK>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
-    if (!attr_set) {
+    if (!attr_set) {  // what the instance may need, within the device's limit (small_m_max_here)
         const size_t most = BULK ? bulk_smem(BULK, bulk_m_max(BULK)) : size_t(X_SMEM_MAX);
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(std::min<int64_t>(int64_t(most), smem_optin_here()))));
         attr_set = true;
     }
     const size_t smem = BULK ? bulk_smem(BULK, p.m) : pl.smem;
@@ -495,10 +519,15 @@ void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, b
 // Whether this binary holds sm_90+ code of the bulk-copy kernel for the current device (a PTX JIT
 // from an older virtual arch would hold the trapping fallback).
 bool bulk_kernel_runs_here(int slots) {
-    cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, slots == 1 ? matmul_nvfp4_w4a16_small_kernel<1, false, 1>
-                                                     : matmul_nvfp4_w4a16_small_kernel<1, false, 2>));
-    return fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
+    static std::atomic<int> known[2];  // per slot count: 0 not asked, 1 yes, 2 no (one device kind per process)
+    std::atomic<int>& k = known[slots == 1 ? 0 : 1];
+    if (k.load(std::memory_order_relaxed) == 0) {
+        cudaFuncAttributes fa{};
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, slots == 1 ? matmul_nvfp4_w4a16_small_kernel<1, false, 1>
+                                                         : matmul_nvfp4_w4a16_small_kernel<1, false, 2>));
+        k.store(fa.binaryVersion >= 90 && fa.ptxVersion >= 90 ? 1 : 2, std::memory_order_relaxed);
+    }
+    return k.load(std::memory_order_relaxed) == 1;
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, picked per shape by small_version) ---------------
@@ -718,7 +747,8 @@ void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStr
     auto kern = matmul_nvfp4_w4a16_run_kernel<NT>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, X_SMEM_MAX));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
         attr_set = true;
     }
     launch_on(kern, dim3(unsigned(grid)), dim3(THREADS), smem, s, pdl, p);
@@ -743,7 +773,8 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
     w4a16_sm80_workspace ws;
     // Version 1's splits and row blocks do not depend on m, and both partial sizes grow with m: the
     // largest m each kernel takes sizes them.
-    const int64_t m_small = std::min(m_max, W4A16_SM80_SMALL_M_MAX), m_run = std::min(m_max, W4A16_RUN_M_MAX);
+    const int64_t m_fit = small_m_max_here();
+    const int64_t m_small = std::min(m_max, m_fit), m_run = std::min(m_small, W4A16_RUN_M_MAX);
     if (m_small >= 1) {
         const small_plan pl = plan_small(m_small, d, sm_count, cfg.gps);
         if (pl.splits > 1) ws.partial_bytes = size_t(pl.splits) * d.n_tiles * 16 * ((m_small + 3) & ~3) * 4;
@@ -751,7 +782,7 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
         if (m_run >= 1 && small_version(d, sm_count, cfg) == 2)
             ws.partial_bytes = std::max(ws.partial_bytes, run_partial_bytes(plan_runs(d, sm_count, cfg), m_run));
     }
-    if (m_max > W4A16_SM80_SMALL_M_MAX) {
+    if (m_max > m_fit) {
         // the whole bf16 weight if it takes ≤ 128 MB (one pass), else two 64-MB ping-pong buffers
         const size_t whole = size_t(n) * size_t(k) * 2, cap = size_t(128) << 20;
         const int64_t rows = std::max<int64_t>(256, (int64_t(64) << 20) / (k * 2) / 256 * 256);
@@ -766,10 +797,14 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                                           const w4a16_small_config& cfg) {
     TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2 && cfg.gps >= 0 &&
                     cfg.bulk >= 0,
-                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2), gps %d (>= 0)",
-                cfg.version, cfg.ctas_per_sm, cfg.gps);
-    TETRA_CHECK(m >= 1 && m <= W4A16_SM80_SMALL_M_MAX, "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows; got %lld",
-                (long long)W4A16_SM80_SMALL_M_MAX, (long long)m);
+                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2), gps %d (>= 0), "
+                "bulk %d (>= 0)",
+                cfg.version, cfg.ctas_per_sm, cfg.gps, cfg.bulk);
+    const int64_t m_fit = small_m_max_here();
+    TETRA_CHECK(m >= 1 && m <= m_fit,
+                "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows on this device (%lld bytes of shared "
+                "memory per block); got %lld",
+                (long long)m_fit, (long long)smem_optin_here(), (long long)m);
     w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
     small_plan pl = plan_small(m, d, sm_count, cfg.gps);
     small_params p;
@@ -793,8 +828,9 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     if (cfg.bulk != 0) {  // version 1 with the weights by bulk copies (bench/tests; docs/perf.md session 11)
         TETRA_CHECK((cfg.bulk == 1 || cfg.bulk == 2) && p.n_ff == 0 && m <= bulk_m_max(cfg.bulk) && bulk_kernel_runs_here(cfg.bulk),
                     "matmul_nvfp4_w4a16_sm80: bulk %d (1 or 2 group slots) takes the plain matmul at m <= %lld on sm_90+ "
-                    "code; got m = %lld, n_ff = %lld",
-                    cfg.bulk, (long long)bulk_m_max(cfg.bulk == 1 ? 1 : 2), (long long)m, (long long)cfg.silu_n_ff);
+                    "code; got m = %lld, n_ff = %lld, kernel image %s",
+                    cfg.bulk, (long long)bulk_m_max(cfg.bulk == 1 ? 1 : 2), (long long)m, (long long)cfg.silu_n_ff,
+                    (cfg.bulk == 1 || cfg.bulk == 2) && bulk_kernel_runs_here(cfg.bulk) ? "sm_90+" : "older than sm_90 or none");
     } else if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
         const run_plan rp = plan_runs(d, sm_count, cfg);
         TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
@@ -832,7 +868,7 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                     const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
                                     const w4a16_small_config& cfg) {
-    if (m <= W4A16_SM80_SMALL_M_MAX) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, cfg);
+    if (m <= small_m_max_here()) matmul_nvfp4_w4a16_sm80_small_launch(x, m, w, out, ws, sm_count, s, cfg);
     else matmul_nvfp4_w4a16_sm80_large_launch(x, m, w, out, ws, s);
 }
 

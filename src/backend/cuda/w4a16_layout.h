@@ -9,7 +9,8 @@
 //   tile's 8 chunks (4 KB) in tile order, so the warps streaming one group read one contiguous
 //   region (bench_matmul --pattern on 28672×4096: 88.9 % of the read bandwidth against 83.6 % with
 //   each tile's chunks contiguous). The last group is padded to 8 chunks with zeros (written by
-//   the packer; no kernel reads them). Lane (g = lane/4, t = lane%4), word j (MMA j of the chunk)
+//   the packer; version 1's bulk-copy form copies whole groups, so a codes buffer is always
+//   codes_bytes). Lane (g = lane/4, t = lane%4), word j (MMA j of the chunk)
 //   holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
 //   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
 //   decode_word's rotations pick them up (w4a16_bit_src), as bf16 bit patterns
@@ -79,6 +80,19 @@ struct w4a16_sm80_dims {
     size_t codes_bytes = 0, scales_bytes = 0;
 };
 w4a16_sm80_dims w4a16_sm80_dims_of(int64_t n, int64_t k);  // k must be a multiple of 16
+
+// Shared memory per block of the small-M kernels (matmul_nvfp4_w4a16_sm80.cu) at m rows: 8 warps'
+// rings of 8 chunk slots (4 KB each) and two x slots of one 512-k group (rows padded by 8 bf16).
+constexpr int64_t W4A16_SMALL_RING_BYTES = 8 * w4a16::GROUP_CHUNKS * 32 * 16;
+constexpr int64_t w4a16_small_smem(int64_t m) { return W4A16_SMALL_RING_BYTES + 2 * m * (w4a16::GROUP_K + 8) * 2; }
+// The most rows, up to m_cap, whose small-M shared memory fits smem_optin bytes per block (the
+// device's opt-in limit): all 64 on sm_80 / 90 / 100 (163–227 KB), 32 on sm_86 / 89 / 120 / 121
+// (99 KB). Past it the launcher takes the large-M path.
+constexpr int64_t w4a16_small_m_fit(int64_t smem_optin, int64_t m_cap) {
+    int64_t m = 0;
+    while (m < m_cap && w4a16_small_smem(m + 1) <= smem_optin) ++m;
+    return m;
+}
 
 // Host re-layout of the canonical bytes (w4a16_layout.cpp). codes: u8 [n, k/2] (even element in
 // the low nibble); scales: e4m3 [n, k/16]; packed_codes/packed_scales: host buffers of dims

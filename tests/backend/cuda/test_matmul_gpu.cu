@@ -360,29 +360,30 @@ TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
 
 // Version 1 with its weights by bulk copies (w4a16_small_config::bulk; sm_90+): the same MMAs in the
 // same order as version 1 with the chunk ring, so every output bit equals version 1's at the same
-// split; odd shapes (partial tiles, a partial last group, one group), every m each form takes, and
-// forced splits whose runs are shorter than, equal to and longer than the two-slot ring (1, 2, 3
-// groups per split: slots reused with alternating parity). Guards and split counters are checked
-// by run_small. Beside it, the oracle check of the bulk output alone.
+// split; odd shapes (partial tiles, partial last groups of 1..7 chunks, one group), every m each
+// form takes, forced splits shorter than, equal to and longer than the two-slot ring (1, 2, 3 and 9
+// groups per split: slots reused with both parities, twice), with and without PDL. Guards and split
+// counters are checked by run_small. Beside it, the oracle check of the bulk output alone.
 TEST(matmul_w4a16_sm80, bulk_copy_ring_equals_version_1_bitwise) {
     int dev = 0, cc = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
     if (cc < 9) GTEST_SKIP() << "bulk copies need sm_90+; this device is sm_" << cc << "x";
     uint32_t seed = 900;
-    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {300, 2576}};
+    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {300, 2576}, {48, 960}};
     for (const shape& s : shapes) {
         host_weight hw = random_weight(s.n, s.k, seed++);
         std::vector<float> wf = dequant_host(hw);
         dev_weight dw(hw, 1);
         std::vector<uint16_t> x8 = random_bf16(8 * s.k, seed++);
-        for (int gps : {0, 1, 2, 3}) {
+        for (int gps : {0, 1, 2, 3, 9}) {
             for (int bulk : {1, 2}) {
                 for (int64_t m = 1; m <= (bulk == 1 ? 8 : 4); ++m) {
                     std::vector<uint16_t> x(x8.begin(), x8.begin() + m * s.k);
                     cuda::w4a16_small_config v1, bk;
                     v1.version = bk.version = 1;
                     v1.gps = bk.gps = gps;
+                    v1.pdl = bk.pdl = int(m & 1);  // odd m with PDL
                     bk.bulk = bulk;
                     std::string what = "n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m) +
                                        " gps=" + std::to_string(gps) + " bulk=" + std::to_string(bulk);
