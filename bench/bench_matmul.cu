@@ -155,6 +155,23 @@ __global__ void pattern_kernel(const uint4* codes, long k_chunks, long n_tiles, 
     if (acc == 0x9E3779B9u) *sink = acc;
 }
 
+// The packed codes of an [n, k] weight in enough copies that one pass exceeds L2, and a sink word
+// (the pattern kernels' output), freed at scope end.
+struct pattern_bufs {
+    cuda::w4a16_sm80_dims d;
+    std::vector<void*> bufs;
+    uint32_t* sink = nullptr;
+    pattern_bufs(long n, long k) : d(cuda::w4a16_sm80_dims_of(n, k)) {
+        bufs.resize(size_t(copies_for(d.codes_bytes)));
+        for (auto& b : bufs) { CK(cudaMalloc(&b, d.codes_bytes)); fill(b, d.codes_bytes, 3); }
+        CK(cudaMalloc(&sink, 4));
+    }
+    ~pattern_bufs() {
+        for (void* b : bufs) cudaFree(b);
+        cudaFree(sink);
+    }
+};
+
 static void run_pattern(int sms, double bw) {
     using pattern_fn = void (*)(const uint4*, long, long, int, uint32_t*);
     const pattern_fn kernels[3][2] = {{pattern_kernel<8, 0>, pattern_kernel<16, 0>},  // [layout][depth 8 / 16]
@@ -162,13 +179,12 @@ static void run_pattern(int sms, double bw) {
                                       {pattern_kernel<8, 2>, pattern_kernel<16, 2>}};
     struct nk { long n, k; };
     for (nk s : {nk{4096, 4096}, nk{28672, 4096}, nk{4096, 14336}}) {
-        cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(s.n, s.k);
-        int copies = copies_for(d.codes_bytes);
-        std::vector<void*> bufs(static_cast<size_t>(copies));
-        for (auto& b : bufs) { CK(cudaMalloc(&b, d.codes_bytes)); fill(b, d.codes_bytes, 3); }
-        uint32_t* sink = nullptr;
-        CK(cudaMalloc(&sink, 4));
-        long rb = (d.n_tiles + 7) / 8;
+        pattern_bufs pb(s.n, s.k);
+        const cuda::w4a16_sm80_dims& d = pb.d;
+        const int copies = int(pb.bufs.size());
+        std::vector<void*>& bufs = pb.bufs;
+        uint32_t* sink = pb.sink;
+        const long rb = (d.n_tiles + 7) / 8;
         for (int layout : {0, 1, 2})
         for (int splits : {1, 2, 4, 8}) {
             int cps = int((d.k_chunks + splits - 1) / splits);
@@ -187,8 +203,6 @@ static void run_pattern(int sms, double bw) {
                             100 * gbs / bw, rb * splits);
             }
         }
-        for (void* b : bufs) CK(cudaFree(b));
-        CK(cudaFree(sink));
     }
     (void)sms;
 }
@@ -265,25 +279,21 @@ static void run_pattern_bulk(double bw) {
                      {"bulk 3x4096", pattern_bulk_kernel<3, 4096>, 3}};
     struct nk { long n, k; };
     for (nk s : {nk{4096, 4096}, nk{6144, 4096}, nk{28672, 4096}, nk{4096, 14336}}) {
-        cuda::w4a16_sm80_dims d = cuda::w4a16_sm80_dims_of(s.n, s.k);
-        int copies = copies_for(d.codes_bytes);
-        std::vector<void*> bufs(static_cast<size_t>(copies));
-        for (auto& b : bufs) { CK(cudaMalloc(&b, d.codes_bytes)); fill(b, d.codes_bytes, 3); }
-        uint32_t* sink = nullptr;
-        CK(cudaMalloc(&sink, 4));
-        long rb = (d.n_tiles + 7) / 8;
+        pattern_bufs pb(s.n, s.k);
+        const cuda::w4a16_sm80_dims& d = pb.d;
         for (int splits : {1, 2, 4, 8}) {
-            int cps = int((d.k_chunks + splits - 1) / splits);
-            cps = (cps + 7) / 8 * 8;
+            const long rb = (d.n_tiles + 7) / 8;
+            const int cps = int((d.k_chunks + splits - 1) / splits + 7) / 8 * 8;  // whole groups per split
             for (const kv& k : ks) {
                 size_t smem = size_t(8) * k.slots * 4096;
                 if (k.f) CK(cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
                 int ci = 0;
                 double us = median_us([&] {
                     for (int b = 0; b < 10; ++b) {
-                        const uint4* p = static_cast<const uint4*>(bufs[size_t(ci++ % copies)]);
-                        if (k.f) k.f<<<dim3(unsigned(rb), unsigned(splits)), 256, smem>>>(p, d.k_chunks, d.n_tiles, cps, sink);
-                        else pattern_kernel<8, 1><<<dim3(unsigned(rb), unsigned(splits)), 256>>>(p, d.k_chunks, d.n_tiles, cps, sink);
+                        const uint4* p = static_cast<const uint4*>(pb.bufs[size_t(ci++) % pb.bufs.size()]);
+                        const dim3 grid{unsigned(rb), unsigned(splits), 1u};
+                        if (k.f) k.f<<<grid, 256, smem>>>(p, d.k_chunks, d.n_tiles, cps, pb.sink);
+                        else pattern_kernel<8, 1><<<grid, 256>>>(p, d.k_chunks, d.n_tiles, cps, pb.sink);
                     }
                 }, 10);
                 CK(cudaGetLastError());
@@ -292,8 +302,6 @@ static void run_pattern_bulk(double bw) {
                             100 * gbs / bw);
             }
         }
-        for (void* b : bufs) CK(cudaFree(b));
-        CK(cudaFree(sink));
     }
 }
 

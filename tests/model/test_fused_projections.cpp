@@ -12,17 +12,12 @@
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/tiny_config.h"
 
 namespace tetra {
 namespace {
 
-model_config tiny_config(const std::string& arch) {
-    std::string j = R"({"architectures": [")" + arch + R"("], "hidden_size": 64, "intermediate_size": 96,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 256, "vocab_size": 320,
-        "tie_word_embeddings": false})";
-    return parse_model_config(j, "tiny/config.json");
-}
+model_config tiny_config(const std::string& arch) { return test_models::tiny_dense_config(arch, 2); }
 
 // Logits of a 9-token prefill, then 3 one-token steps, as one flat vector.
 std::vector<float> run_model(const model_config& c, model_weights& w, bool fuse) {

@@ -14,17 +14,12 @@
 #include "io/dummy_weights.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/tiny_config.h"
 
 namespace tetra {
 namespace {
 
-model_config tiny_dense(const std::string& arch) {
-    std::string j = R"({"architectures": [")" + arch + R"("], "hidden_size": 64, "intermediate_size": 96,
-        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 256, "vocab_size": 320,
-        "tie_word_embeddings": false})";
-    return parse_model_config(j, "tiny/config.json");
-}
+model_config tiny_dense(const std::string& arch) { return test_models::tiny_dense_config(arch, 3); }
 
 // Qwen3-MoE, 4 layers: layer 1 dense (mlp_only_layers), 3 MoE layers; shared: a shared expert with
 // its sigmoid gate on every MoE layer (the shape of Qwen2-MoE / Qwen3-Next blocks).
