@@ -181,9 +181,6 @@ static void run_pattern(int sms, double bw) {
     for (nk s : {nk{4096, 4096}, nk{28672, 4096}, nk{4096, 14336}}) {
         pattern_bufs pb(s.n, s.k);
         const cuda::w4a16_sm80_dims& d = pb.d;
-        const int copies = int(pb.bufs.size());
-        std::vector<void*>& bufs = pb.bufs;
-        uint32_t* sink = pb.sink;
         const long rb = (d.n_tiles + 7) / 8;
         for (int layout : {0, 1, 2})
         for (int splits : {1, 2, 4, 8}) {
@@ -192,9 +189,9 @@ static void run_pattern(int sms, double bw) {
                 int ci = 0;
                 double us = median_us([&] {
                     for (int b = 0; b < 10; ++b) {
-                        const uint4* p = static_cast<const uint4*>(bufs[size_t(ci++ % copies)]);
+                        const uint4* p = static_cast<const uint4*>(pb.bufs[size_t(ci++) % pb.bufs.size()]);
                         kernels[layout][depth == 16]<<<dim3(unsigned(rb), unsigned(splits)), 256>>>(p, d.k_chunks, d.n_tiles,
-                                                                                                     cps, sink);
+                                                                                                     cps, pb.sink);
                     }
                 }, 10);
                 double gbs = double(d.codes_bytes) / us / 1e3;

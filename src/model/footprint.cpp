@@ -15,7 +15,8 @@ int64_t linear_bytes(const linear_weight& l) {
 
 model_footprint decode_footprint(const model_config& c, model_weights& w, int kv_dtype_bytes) {
     model_footprint f;
-    // Adds share_num/share_den of the module's bytes and parameters; returns the module's bytes.
+    // Adds share × the module's bytes and parameters (to the total and to op's class); returns the
+    // module's bytes.
     auto add = [&](step_op op, const std::string& module, bool dense_ok, int64_t share = 1) {
         const linear_weight& l = w.linear(module, dense_ok);
         f.weight_bytes += linear_bytes(l) * share;

@@ -43,10 +43,11 @@ int64_t smem_optin_here() {
     static std::atomic<int> cache[64];  // 0: not asked yet
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < 64 && cache[dev].load(std::memory_order_relaxed) > 0) return cache[dev].load(std::memory_order_relaxed);
-    int v = 0;
+    const bool cached = dev >= 0 && dev < 64;
+    int v = cached ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (v > 0) return v;
     CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
+    if (cached) cache[dev].store(v, std::memory_order_relaxed);
     return v;
 }
 int64_t small_m_max_here() { return w4a16_small_m_fit(smem_optin_here(), W4A16_SM80_SMALL_M_MAX); }
@@ -491,7 +492,7 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps
         pl.gps = int(std::min<int64_t>(gps_force, d.k_groups));
         pl.splits = int((d.k_groups + pl.gps - 1) / pl.gps);
     }
-    pl.smem = RING_BYTES + 2 * size_t(m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
+    pl.smem = size_t(w4a16_small_smem(m));  // weight rings + two x slots
     return pl;
 }
 
@@ -499,7 +500,7 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps
 // 3 CTAs per SM: 2 slots are 64 KB of ring) and its shared memory (rings, two x slots, mbarriers).
 constexpr int64_t bulk_m_max(int slots) { return slots == 1 ? 8 : 4; }
 constexpr size_t bulk_smem(int slots, int64_t m) {
-    return size_t(slots) * WARPS * GROUP_CHUNKS * 512 + 2 * size_t(m) * (GROUP_K + X_PAD) * 2 + size_t(slots) * WARPS * 8;
+    return size_t(slots) * RING_BYTES + size_t(w4a16_small_smem(m) - RING_BYTES) + size_t(slots) * WARPS * 8;
 }
 
 template <int NT, bool SILU = false, int BULK = 0>
@@ -756,7 +757,7 @@ void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStr
 
 void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, bool pdl) {
     p.units = int(pl.units), p.len = int(pl.len), p.early = early ? 1 : 0;
-    const size_t smem = RING_BYTES + 2 * size_t(p.m) * (GROUP_K + X_PAD) * 2;  // weight rings + two x slots
+    const size_t smem = size_t(w4a16_small_smem(p.m));  // weight rings + two x slots
     if (p.m <= 8) launch_run_kernel<1>(p, pl.grid, smem, s, pdl);
     else launch_run_kernel<2>(p, pl.grid, smem, s, pdl);
 }
@@ -826,11 +827,12 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                 "version 1, m <= %lld; got n = %lld, n_ff = %lld, version %d, m = %lld",
                 (long long)W4A16_SILU_M_MAX, (long long)w.n, (long long)cfg.silu_n_ff, cfg.version, (long long)m);
     if (cfg.bulk != 0) {  // version 1 with the weights by bulk copies (bench/tests; docs/perf.md session 11)
-        TETRA_CHECK((cfg.bulk == 1 || cfg.bulk == 2) && p.n_ff == 0 && m <= bulk_m_max(cfg.bulk) && bulk_kernel_runs_here(cfg.bulk),
+        const bool image = (cfg.bulk == 1 || cfg.bulk == 2) && bulk_kernel_runs_here(cfg.bulk);
+        TETRA_CHECK(image && p.n_ff == 0 && m <= bulk_m_max(cfg.bulk),
                     "matmul_nvfp4_w4a16_sm80: bulk %d (1 or 2 group slots) takes the plain matmul at m <= %lld on sm_90+ "
                     "code; got m = %lld, n_ff = %lld, kernel image %s",
-                    cfg.bulk, (long long)bulk_m_max(cfg.bulk == 1 ? 1 : 2), (long long)m, (long long)cfg.silu_n_ff,
-                    (cfg.bulk == 1 || cfg.bulk == 2) && bulk_kernel_runs_here(cfg.bulk) ? "sm_90+" : "older than sm_90 or none");
+                    cfg.bulk, (long long)bulk_m_max(cfg.bulk), (long long)m, (long long)cfg.silu_n_ff,
+                    image ? "sm_90+" : "older than sm_90 or none");
     } else if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
         const run_plan rp = plan_runs(d, sm_count, cfg);
         TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
