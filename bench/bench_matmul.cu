@@ -8,7 +8,7 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --pattern-bulk | --bulk | --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --pattern-bulk | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -221,7 +221,7 @@ __global__ void pattern_bulk_kernel(const uint4* codes, long k_chunks, long n_ti
     if (lane == 0)
         for (int i = 0; i < SLOTS; ++i)
             asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(uint32_t(__cvta_generic_to_shared(&bar[warp][i]))));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // as the kernel's bulk ring
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // the inits before the copies
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
     if (tile >= n_tiles) return;
@@ -540,47 +540,6 @@ static void run_splits(int sms, double bw, void* ws_cublas) {
     (void)bw;
 }
 
-// --bulk (sm_90+): version 1 with its weights by bulk copies (w4a16_small_config::bulk, 1 or 2
-// group slots per warp) against version 1 with the chunk ring, same plan, M = 1, 2, 4 (and 8 for
-// one slot); each bulk output compared bitwise with version 1's (same MMAs in the same order).
-static void run_bulk(int sms, double bw, void* ws_cublas) {
-    int dev = 0, cc = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
-    if (cc < 9) {
-        std::printf("--bulk needs sm_90 or later; this device is sm_%d*\n", cc);
-        return;
-    }
-    std::printf("| shape | M | variant | us graph | %% of BW | bits vs v1 |\n|---|---|---|---|---|---|\n");
-    for (const llama_shape& sh : k_llama_shapes) {
-        bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
-        for (long m : {1L, 2L, 4L, 8L}) {
-            const double io = double(m) * b.k * 2 + double(m) * b.n * 2;
-            std::vector<uint16_t> ref(size_t(m * b.n)), got(size_t(m * b.n));
-            for (int bulk : {0, 1, 2}) {
-                if (bulk == 2 && m > 4) continue;
-                cuda::w4a16_small_config c;
-                c.version = 1, c.bulk = bulk;
-                CK(cudaMemset(b.out, 0, size_t(m * b.n) * 2));
-                try {
-                    cuda::matmul_nvfp4_w4a16_sm80_small_launch(b.x, m, b.ws[0], b.out, b.wsp, sms, g_stream, c);
-                } catch (const std::exception& e) {  // e.g. a build without sm_90+ code
-                    std::printf("--bulk: %s\n", e.what());
-                    return;
-                }
-                CK(cudaStreamSynchronize(g_stream));
-                CK(cudaMemcpy((bulk ? got : ref).data(), b.out, size_t(m * b.n) * 2, cudaMemcpyDeviceToHost));
-                const double tg = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms, &c); }, 10);
-                const char* bits = bulk == 0 ? "-" : std::memcmp(got.data(), ref.data(), got.size() * 2) == 0 ? "equal" : "DIFFER";
-                std::printf("| %s %ldx%ld | %ld | v1 %s | %.2f | %.1f %% | %s |\n", b.what, b.n, b.k, m,
-                            bulk == 0 ? "chunk ring" : bulk == 1 ? "bulk 1 slot" : "bulk 2 slots", tg,
-                            100.0 * (b.wbytes + io) / tg / 1e3 / bw, bits);
-                std::fflush(stdout);
-            }
-        }
-    }
-}
-
 // --variants: the small-M kernel's configurations (v2 plans, v1) and the decode kernel's default
 // at m = 1, 4, 8, 16.
 static void run_variants(int sms, double bw, void* ws_cublas) {
@@ -636,10 +595,6 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
     if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
         run_variants(sms, bw, ws_cublas);
-        return 0;
-    }
-    if (argc > 1 && std::strcmp(argv[1], "--bulk") == 0) {
-        run_bulk(sms, bw, ws_cublas);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--splits") == 0) {

@@ -3,7 +3,8 @@
 # run tool with carry [".device"]): unpack the Debian build deps from .device/debs, configure a
 # CUDA build for the GPU present (TETRA_CUDA_TARGETS, default 90a), build every gpu test and
 # bench_* target, run ctest -L gpu, run the benchmarks, print a short table last. Logs → $OUT.
-# Env: OUT (default ./device-out), BUILD (default /tmp/tetra-build), TETRA_CUDA_TARGETS, CTEST_ARGS.
+# Env: OUT (default ./device-out), BUILD (default /tmp/tetra-build), TETRA_CUDA_TARGETS, CTEST_ARGS,
+# BENCHES (bench_* executables to run; default every one built, empty for none), BENCH=0 (no tetra bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/device-out}
@@ -48,7 +49,7 @@ step configure configure.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=
 gpu_targets=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\(test_[A-Za-z0-9_]*_gpu\|bench_[A-Za-z0-9_]*\):.*/\1/p' | sort -u)
 step "build ($(echo $gpu_targets | wc -w) targets)" build.log cmake --build "$build" -j"$(nproc)" --target $gpu_targets || true
 step "ctest -L gpu" ctest.log ctest --test-dir "$build" -L gpu --output-on-failure ${CTEST_ARGS:-} || true
-for b in $(echo "$gpu_targets" | grep '^bench_'); do
+for b in ${BENCHES-$(echo "$gpu_targets" | grep '^bench_')}; do
     exe=$(find "$build" -type f -name "$b" -perm -u+x | head -1)
     [ -n "$exe" ] && { step "$b" "$b.log" "$exe" || true; }
 done

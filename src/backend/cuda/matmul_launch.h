@@ -80,10 +80,6 @@ struct w4a16_small_config {
     int early_signal = 0;  // version 2: bump a run's first split counter mid-run (variant)
     int gps = 0;           // version 1: 512-k groups per split (bench/tests; 0 = the plan's choice;
                            // ignored where version 0 picks version 2)
-    int bulk = 0;          // version 1 with its weights fetched by 1-D bulk copies into 1 or 2 4-KB group
-                           // slots per warp instead of the 16-B cp.async chunk ring (sm_90+ code; m <= 8
-                           // for 1 slot, m <= 4 for 2; not matmul_silu): same bits as version 1 at the
-                           // same split. An experiment (bench_matmul --bulk, docs/perf.md session 11).
     int pdl = 0;           // launch with programmatic dependent launch (sm_90+: weights stream
                            // before the previous kernel ends; the kernels wait before reading x)
     int64_t silu_n_ff = 0; // > 0: matmul_silu (version 1, m ≤ W4A16_SILU_M_MAX; n = 2·silu_n_ff, silu_n_ff % 16 == 0):

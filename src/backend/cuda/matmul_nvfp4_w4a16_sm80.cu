@@ -171,85 +171,6 @@ __device__ __forceinline__ void group_step(const small_params& p, const uint4* r
     }
 }
 
-// ---- weights by bulk copies (sm_90+, opt-in: w4a16_small_config::bulk) -----------------------
-// In the group-major layout a tile's 512-k group is 4 KB of contiguous codes, so one lane can fetch
-// it with one 1-D bulk copy (the copy engine generates the DRAM requests; no per-chunk cp.async,
-// commit or wait) that completes on an mbarrier. Below sm_90 these trap; the launcher refuses the
-// config there.
-__device__ __forceinline__ void mbar_init(uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(bar) : "memory");
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void mbar_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-// One 4-KB group → shared memory at dst; the copy's bytes complete the barrier's current phase. The
-// proxy fence orders the warp's earlier generic reads of the slot (ordered by the caller's
-// __syncwarp) before the copy engine's writes into it.
-__device__ __forceinline__ void bulk_group(uint32_t dst, const uint4* src, uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], 4096;" ::"r"(bar) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];" ::"r"(dst),
-                 "l"(src), "r"(bar)
-                 : "memory");
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{ .reg .pred done; WAIT%=: mbarrier.try_wait.parity.shared.b64 done, [%0], %1; @!done bra WAIT%=; }" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-#else
-    __trap();
-#endif
-}
-
-// group_step with the weights in a ring of BULK 4-KB group slots per warp: group j of the CTA's run
-// (slot j % BULK, the slot's (j / BULK)-th fill) is awaited on its mbarrier, its 8 chunks go into
-// the same MMAs in the same order as group_step's (so the bits are the same), then lane 0 refills
-// the slot with the group BULK further on (refill, null past the run). x keeps its cp.async path,
-// one commit group per x slot: this group's x was committed one group earlier, the next group's x
-// is staged right after the barrier that frees its slot.
-template <int NT, int A, int BULK, class AtBarrier>
-__device__ __forceinline__ void group_step_bulk(const small_params& p, const uint4* ring, uint32_t ring_sa, uint32_t bar,
-                                                int j, bool active, int n_cur, const __nv_bfloat16* xg,
-                                                const uint4& s_cur, bool more, int grp_next, __nv_bfloat16* x_next,
-                                                const uint4* refill, float (&acc)[A][NT][4], AtBarrier&& at_barrier) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, slot = j % BULK;
-    cp_async_wait_all();  // this group's x
-    __syncthreads();      // x visible; every warp is done with the other x slot
-    at_barrier();
-    if (more) stage_x(p, grp_next, x_next);
-    cp_async_commit();
-    if (!active) return;
-    const uint4* xr[NT];
-#pragma unroll
-    for (int u = 0; u < NT; ++u)
-        xr[u] = reinterpret_cast<const uint4*>(xg + (8 * u + g < p.m ? 8 * u + g : 0) * (GROUP_K + X_PAD) + 16 * t);
-    mbar_wait(bar + 8 * slot, uint32_t(j / BULK) & 1u);
-    const uint4* q = ring + slot * GROUP_CHUNKS * 32;
-    if (n_cur == GROUP_CHUNKS) {  // one basic block: the chunks' loads and decodes interleave
-#pragma unroll
-        for (int i = 0; i < GROUP_CHUNKS; ++i)
-            compute_chunk<NT>(q[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < GROUP_CHUNKS; ++i)
-            if (i < n_cur) compute_chunk<NT>(q[32 * i], word_of(s_cur, i >> 1) >> (16 * (i & 1)), xr, i, acc[i % A]);
-    }
-    __syncwarp();  // every lane has read the slot
-    if (lane == 0 && refill) bulk_group(ring_sa + slot * GROUP_CHUNKS * 512, refill, bar + 8 * slot);
-}
-
 // Rows n, m0 .. m0 + 3 of the split-K partials summed over the splits in order 0..splits−1 (loads
 // issued 8 splits at a time so the L2 round trips overlap).
 __device__ __forceinline__ float4 sum_splits(const small_params& p, int n, int m0, int n_pad, int mp) {
@@ -304,20 +225,16 @@ template <int NT> struct ctas_per_sm { static constexpr int value = NT <= 2 ? 3 
 // per-warp ring of 8 chunk slots in shared memory (cp.async, one commit group per chunk, refilled
 // with the next group's chunk as soon as a slot is consumed: 7–8 chunks = 3.5–4 KB in flight per
 // warp without holding registers); x goes through two group slots; one barrier per group.
-// SILU: matmul_silu (a separate instance, so the plain kernel's code is unchanged by it). BULK > 0
-// (plain kernel, sm_90+, opt-in): the weights go through BULK 4-KB group slots per warp filled by
-// bulk copies (group_step_bulk; mbarriers after the x slots) instead of the chunk ring.
-template <int NT, bool SILU, int BULK = 0>
+// SILU: matmul_silu (a separate instance, so the plain kernel's code is unchanged by it).
+template <int NT, bool SILU>
 __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_w4a16_small_kernel(small_params p) {
-    static_assert(!(SILU && BULK), "matmul_silu has no bulk-copy form");
     extern __shared__ uint4 smem_raw[];
     __shared__ int s_last;
     constexpr int A = acc_sets<NT>::value;
-    constexpr int WARP_U4 = (BULK ? BULK : 1) * GROUP_CHUNKS * 32;  // uint4 of one warp's ring
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const uint4* ring = smem_raw + warp * WARP_U4 + lane;  // slot i at ring[32 i] (BULK: group slot s at ring[256 s])
+    const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
     const uint32_t ring_sa = smem_addr(ring);
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * WARP_U4);
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
     const int slot_elems = p.m * (GROUP_K + X_PAD);
     const int split = blockIdx.y;
     const int g0 = split * p.gps, g1 = min(p.k_groups, g0 + p.gps);
@@ -334,25 +251,11 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     // previous kernel, so they stream before pdl_wait() (programmatic dependent launch: this part
     // overlaps the previous kernel's tail); then x of g0 in a ninth group, awaited in full at the
     // first chunk.
-    uint32_t bar = 0;  // BULK: this warp's mbarriers (one per group slot), after the two x slots
-    if constexpr (BULK == 0) {
 #pragma unroll
-        for (int i = 0; i < GROUP_CHUNKS; ++i) {
-            fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0) * gstride + 32 * i,
-                        ring_sa + 512 * i);
-            cp_async_commit();
-        }
-    } else {
-        bar = smem_addr(xs + 2 * slot_elems) + warp * BULK * 8;
-        if (lane == 0) {  // lane 0's cbase is the tile's group 0 itself
-#pragma unroll
-            for (int i = 0; i < BULK; ++i) mbar_init(bar + 8 * i);
-            mbar_init_fence();
-#pragma unroll
-            for (int i = 0; i < BULK; ++i)
-                if (active && g0 + i < g1) bulk_group(ring_sa + i * GROUP_CHUNKS * 512, cbase + size_t(g0 + i) * gstride, bar + 8 * i);
-        }
-        __syncwarp();
+    for (int i = 0; i < GROUP_CHUNKS; ++i) {
+        fetch_chunk(p, active && g0 * GROUP_CHUNKS + i < p.k_chunks, cbase + size_t(g0) * gstride + 32 * i,
+                    ring_sa + 512 * i);
+        cp_async_commit();
     }
     uint4 s_cur = active ? ld_stream(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
     pdl_wait();
@@ -375,18 +278,10 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
         const int n_next = active ? min(GROUP_CHUNKS, p.k_chunks - (grp + 1) * GROUP_CHUNKS) : 0;
         const int n_cur = active ? min(GROUP_CHUNKS, p.k_chunks - grp * GROUP_CHUNKS) : 0;
         const __nv_bfloat16* xg = xs + ((grp - g0) & 1) * slot_elems;
-        auto next_scales = [&] {
-            if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
-        };
-        if constexpr (BULK == 0) {
-            group_step<NT, A>(p, ring, ring_sa, grp == g0, n_cur, xg, s_cur, more, cnext, n_next, grp + 1,
-                              xs + ((grp + 1 - g0) & 1) * slot_elems, acc, next_scales);
-        } else {
-            (void)n_next, (void)cnext;  // the bulk ring addresses groups from cbase
-            group_step_bulk<NT, A, BULK>(p, ring, ring_sa, bar, grp - g0, active, n_cur, xg, s_cur, more, grp + 1,
-                                         xs + ((grp + 1 - g0) & 1) * slot_elems,
-                                         grp + BULK < g1 ? cbase + size_t(grp + BULK) * gstride : nullptr, acc, next_scales);
-        }
+        group_step<NT, A>(p, ring, ring_sa, grp == g0, n_cur, xg, s_cur, more, cnext, n_next, grp + 1,
+                          xs + ((grp + 1 - g0) & 1) * slot_elems, acc, [&] {
+                              if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
+                          });
         s_cur = s_next;
     }
     cp_async_wait_all();
@@ -496,39 +391,16 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps
     return pl;
 }
 
-// The bulk-copy form (w4a16_small_config::bulk = slots): rows it takes (its shared memory must leave
-// 3 CTAs per SM: 2 slots are 64 KB of ring) and its shared memory (rings, two x slots, mbarriers).
-constexpr int64_t bulk_m_max(int slots) { return slots == 1 ? 8 : 4; }
-constexpr size_t bulk_smem(int slots, int64_t m) {
-    return size_t(slots) * RING_BYTES + size_t(w4a16_small_smem(m) - RING_BYTES) + size_t(slots) * WARPS * 8;
-}
-
-template <int NT, bool SILU = false, int BULK = 0>
+template <int NT, bool SILU = false>
 void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
-    auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU, BULK>;
+    auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {  // what the instance may need, within the device's limit (small_m_max_here)
-        const size_t most = BULK ? bulk_smem(BULK, bulk_m_max(BULK)) : size_t(X_SMEM_MAX);
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(std::min<int64_t>(int64_t(most), smem_optin_here()))));
+                                        int(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
         attr_set = true;
     }
-    const size_t smem = BULK ? bulk_smem(BULK, p.m) : pl.smem;
-    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), smem, s, pdl, p);
-}
-
-// Whether this binary holds sm_90+ code of the bulk-copy kernel for the current device (a PTX JIT
-// from an older virtual arch would hold the trapping fallback).
-bool bulk_kernel_runs_here(int slots) {
-    static std::atomic<int> known[2];  // per slot count: 0 not asked, 1 yes, 2 no (one device kind per process)
-    std::atomic<int>& k = known[slots == 1 ? 0 : 1];
-    if (k.load(std::memory_order_relaxed) == 0) {
-        cudaFuncAttributes fa{};
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, slots == 1 ? matmul_nvfp4_w4a16_small_kernel<1, false, 1>
-                                                         : matmul_nvfp4_w4a16_small_kernel<1, false, 2>));
-        k.store(fa.binaryVersion >= 90 && fa.ptxVersion >= 90 ? 1 : 2, std::memory_order_relaxed);
-    }
-    return k.load(std::memory_order_relaxed) == 1;
+    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), pl.smem, s, pdl, p);
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, picked per shape by small_version) ---------------
@@ -796,11 +668,9 @@ w4a16_sm80_workspace w4a16_sm80_workspace_need(int64_t m_max, int64_t n, int64_t
 void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                           const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
                                           const w4a16_small_config& cfg) {
-    TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2 && cfg.gps >= 0 &&
-                    cfg.bulk >= 0,
-                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2), gps %d (>= 0), "
-                "bulk %d (>= 0)",
-                cfg.version, cfg.ctas_per_sm, cfg.gps, cfg.bulk);
+    TETRA_CHECK(cfg.version >= 0 && cfg.version <= 2 && cfg.ctas_per_sm >= 0 && cfg.ctas_per_sm <= 2 && cfg.gps >= 0,
+                "matmul_nvfp4_w4a16_sm80: small-M config version %d (0, 1 or 2), ctas_per_sm %d (0, 1 or 2), gps %d (>= 0)",
+                cfg.version, cfg.ctas_per_sm, cfg.gps);
     const int64_t m_fit = small_m_max_here();
     TETRA_CHECK(m >= 1 && m <= m_fit,
                 "matmul_nvfp4_w4a16_sm80: small-M kernel takes 1..%lld rows on this device (%lld bytes of shared "
@@ -826,14 +696,7 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                 "matmul_nvfp4_w4a16_sm80: matmul_silu takes a stacked [2·n_ff, k] weight with n_ff %% 16 == 0 on "
                 "version 1, m <= %lld; got n = %lld, n_ff = %lld, version %d, m = %lld",
                 (long long)W4A16_SILU_M_MAX, (long long)w.n, (long long)cfg.silu_n_ff, cfg.version, (long long)m);
-    if (cfg.bulk != 0) {  // version 1 with the weights by bulk copies (bench/tests; docs/perf.md session 11)
-        const bool image = (cfg.bulk == 1 || cfg.bulk == 2) && bulk_kernel_runs_here(cfg.bulk);
-        TETRA_CHECK(image && p.n_ff == 0 && m <= bulk_m_max(cfg.bulk),
-                    "matmul_nvfp4_w4a16_sm80: bulk %d (1 or 2 group slots) takes the plain matmul at m <= %lld on sm_90+ "
-                    "code; got m = %lld, n_ff = %lld, kernel image %s",
-                    cfg.bulk, (long long)bulk_m_max(cfg.bulk), (long long)m, (long long)cfg.silu_n_ff,
-                    image ? "sm_90+" : "older than sm_90 or none");
-    } else if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
+    if (p.n_ff == 0 && m <= W4A16_RUN_M_MAX && small_version(d, sm_count, cfg) == 2) {  // the balanced-run kernel
         const run_plan rp = plan_runs(d, sm_count, cfg);
         TETRA_CHECK(rp.units < INT32_MAX && ws.partial_bytes >= run_partial_bytes(rp, m) && ws.counters &&
                         ws.counter_count >= size_t(rp.row_blocks),
@@ -851,11 +714,6 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
                     (long long)m, (long long)w.k, (long long)w.n, (long long)w.k);
     }
     const bool pdl = cfg.pdl != 0;
-    if (cfg.bulk != 0) {
-        if (cfg.bulk == 1) launch_small<1, false, 1>(p, pl, s, pdl);
-        else launch_small<1, false, 2>(p, pl, s, pdl);
-        return;
-    }
     if (p.n_ff > 0) {
         if (m <= 8) launch_small<1, true>(p, pl, s, pdl);
         else launch_small<2, true>(p, pl, s, pdl);

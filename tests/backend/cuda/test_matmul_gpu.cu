@@ -358,65 +358,6 @@ TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
     }
 }
 
-// Version 1 with its weights by bulk copies (w4a16_small_config::bulk; sm_90+): the same MMAs in the
-// same order as version 1 with the chunk ring, so every output bit equals version 1's at the same
-// split; odd shapes (partial tiles, partial last groups of 1..7 chunks, one group), every m each
-// form takes, forced splits shorter than, equal to and longer than the two-slot ring (1, 2, 3 and 9
-// groups per split: slots reused with both parities, twice), with and without PDL. Guards and split
-// counters are checked by run_small. Beside it, the oracle check of the bulk output alone.
-TEST(matmul_w4a16_sm80, bulk_copy_ring_equals_version_1_bitwise) {
-    int dev = 0, cc = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
-    if (cc < 9) GTEST_SKIP() << "bulk copies need sm_90+; this device is sm_" << cc << "x";
-    uint32_t seed = 900;
-    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {300, 2576}, {48, 960}};
-    for (const shape& s : shapes) {
-        host_weight hw = random_weight(s.n, s.k, seed++);
-        std::vector<float> wf = dequant_host(hw);
-        dev_weight dw(hw, 1);
-        std::vector<uint16_t> x8 = random_bf16(8 * s.k, seed++);
-        for (int gps : {0, 1, 2, 3, 9}) {
-            for (int bulk : {1, 2}) {
-                for (int64_t m = 1; m <= (bulk == 1 ? 8 : 4); ++m) {
-                    std::vector<uint16_t> x(x8.begin(), x8.begin() + m * s.k);
-                    cuda::w4a16_small_config v1, bk;
-                    v1.version = bk.version = 1;
-                    v1.gps = bk.gps = gps;
-                    v1.pdl = bk.pdl = int(m & 1);  // odd m with PDL
-                    bk.bulk = bulk;
-                    std::string what = "n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m) +
-                                       " gps=" + std::to_string(gps) + " bulk=" + std::to_string(bulk);
-                    std::vector<uint16_t> want = run_small(dw, x, m, v1), got = run_small(dw, x, m, bk);
-                    ASSERT_EQ(got.size(), want.size()) << what;
-                    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 2)) << what << ": bits differ from version 1";
-                    if (gps == 0 && bulk == 2) {
-                        std::vector<double> ref, mag;
-                        oracle(x, m, wf, s.n, s.k, ref, mag);
-                        expect_close(got, ref, mag, s.k, what.c_str());
-                    }
-                }
-            }
-        }
-    }
-}
-
-// The bulk form is refused where it does not apply: matmul_silu, m past its slots' limit.
-TEST(matmul_w4a16_sm80, bulk_copy_ring_refuses_what_it_does_not_take) {
-    host_weight hw = random_weight(64, 512, 77);
-    dev_weight dw(hw, 1);
-    std::vector<uint16_t> x = random_bf16(16 * 512, 78);
-    cuda::w4a16_small_config two;
-    two.version = 1, two.bulk = 2;
-    EXPECT_THROW(run_small(dw, x, 5, two), std::exception);
-    cuda::w4a16_small_config three = two;
-    three.bulk = 3;
-    EXPECT_THROW(run_small(dw, x, 1, three), std::exception);
-    cuda::w4a16_small_config silu = two;
-    silu.silu_n_ff = 32;
-    EXPECT_THROW(run_small(dw, x, 1, silu), std::exception);
-}
-
 // The decode kernel: every m it takes, odd shapes, and plans that split tiles over many warps
 // (min_chunks 1), runs spanning several tiles (1 SM), and the three occupancy variants.
 TEST(matmul_w4a16_gemv, matches_oracle_odd_shapes_every_m) {
