@@ -176,15 +176,19 @@ __device__ __forceinline__ void dv2_keys(const dv2_params& p, int s, int t, int 
     }
 }
 
-// Shared memory of the subgroup merge: acc [n_sub][HG][D], m / l / nan [n_sub][HG] (floats).
+// Shared memory of the subgroup merge: acc [n_sub][HG][D], m / l / nan / weight [n_sub][HG], the
+// heads' max and NaN flag [HG] (floats).
 __host__ __device__ inline size_t dv2_merge_smem_floats(int n_sub, int hg, int head_dim) {
-    return size_t(n_sub) * hg * (head_dim + 3);
+    return size_t(n_sub) * hg * (head_dim + 4) + 2 * size_t(hg);
 }
 
 // Merges the CTA's subgroups in fixed order: emit(h, d, mx, num, den, nan) once per output element
 // (h < nh, d < head_dim) with the largest subgroup max mx, num = Σ_g e^(m_g − mx)·acc_g[d] and
-// den = Σ_g e^(m_g − mx)·l_g (mx = −inf, num = den = 0 without live keys). Ends with the CTA's
-// threads spread over the elements (no barrier after the last emit).
+// den = Σ_g e^(m_g − mx)·l_g over the subgroups with a live key (m_g > −inf), in subgroup order
+// (mx = −inf, num = den = 0 without live keys). The weights e^(m_g − mx) are computed once per
+// (subgroup, head) before the element loop, whose sums then only load and multiply-add (the same
+// operations in the same order as when every element recomputed them). Ends with the CTA's threads
+// spread over the elements (no barrier after the last emit).
 template <class T, int HG, class Emit>
 __device__ __forceinline__ void dv2_merge_subgroups(const dv2_params& p, const dv2_state<HG>& st, int nh, float* smem,
                                                     Emit&& emit) {
@@ -195,6 +199,9 @@ __device__ __forceinline__ void dv2_merge_subgroups(const dv2_params& p, const d
     float* red_m = red_acc + n_sub * HG * D;
     float* red_l = red_m + n_sub * HG;
     int* red_nan = reinterpret_cast<int*>(red_l + n_sub * HG);
+    float* red_w = reinterpret_cast<float*>(red_nan + n_sub * HG);
+    float* head_mx = red_w + n_sub * HG;
+    int* head_nan = reinterpret_cast<int*>(head_mx + HG);
 #pragma unroll
     for (int h = 0; h < HG; ++h) {
         if (sub == 0) red_m[g * HG + h] = st.m[h], red_l[g * HG + h] = st.l[h], red_nan[g * HG + h] = st.nan[h];
@@ -207,21 +214,32 @@ __device__ __forceinline__ void dv2_merge_subgroups(const dv2_params& p, const d
         }
     }
     __syncthreads();
-    for (int i = tid; i < nh * D; i += k_dv2_threads) {
-        int h = i / D, d = i % D;
+    // Thread (gg, h) of the first n_sub · HG: the head's max and NaN flag, and subgroup gg's weight.
+    for (int x = tid; x < n_sub * HG; x += k_dv2_threads) {
+        const int gg = x / HG, h = x % HG;
         float mx = -INFINITY;
         bool nan = false;
-        for (int gg = 0; gg < n_sub; ++gg) mx = fmaxf(mx, red_m[gg * HG + h]), nan |= red_nan[gg * HG + h] != 0;
+        for (int q = 0; q < n_sub; ++q) mx = fmaxf(mx, red_m[q * HG + h]), nan |= red_nan[q * HG + h] != 0;
+        const float mg = red_m[gg * HG + h];
+        red_w[gg * HG + h] = mx != -INFINITY && mg != -INFINITY ? expf(mg - mx) : 0.0f;
+        if (gg == 0) head_mx[h] = mx, head_nan[h] = nan;
+    }
+    __syncthreads();
+    int h = tid / D, d = tid % D;
+    for (int i = tid; i < nh * D; i += k_dv2_threads) {
+        const float mx = head_mx[h];
         float num = 0.0f, den = 0.0f;
         if (mx != -INFINITY)
+#pragma unroll 4
             for (int gg = 0; gg < n_sub; ++gg) {
-                float mg = red_m[gg * HG + h];
-                if (mg == -INFINITY) continue;  // no live key in that subgroup
-                float w = expf(mg - mx);
+                if (red_m[gg * HG + h] == -INFINITY) continue;  // no live key in that subgroup
+                const float w = red_w[gg * HG + h];
                 num += w * red_acc[(gg * HG + h) * D + d];
                 den += w * red_l[gg * HG + h];
             }
-        emit(h, d, mx, num, den, nan);
+        emit(h, d, mx, num, den, head_nan[h] != 0);
+        d += k_dv2_threads;
+        while (d >= D) d -= D, ++h;
     }
 }
 
