@@ -9,7 +9,7 @@
 //   tile's 8 chunks (4 KB) in tile order, so the warps streaming one group read one contiguous
 //   region (bench_matmul --pattern on 28672×4096: 88.9 % of the read bandwidth against 83.6 % with
 //   each tile's chunks contiguous). The last group is padded to 8 chunks with zeros (written by
-//   the packer; no kernel reads them). Lane (g = lane/4, t = lane%4), word j (MMA j of the chunk)
+//   the packer; no engine kernel reads them). Lane (g = lane/4, t = lane%4), word j (MMA j of the chunk)
 //   holds 8 codes: register i (a0..a3) = bf16x2 {code(row, k), code(row, k+1)} with
 //   row(i) = g + 8·(i&1), k(i) = 64·chunk + 16·t + 4·j + 2·(i>>1); the code bits sit where
 //   decode_word's rotations pick them up (w4a16_bit_src), as bf16 bit patterns
