@@ -104,32 +104,56 @@ __device__ __forceinline__ void dv2_load(const dv2_params& p, const int32_t* bt,
     }
 }
 
-// Scores of one key for every head (reduced over the key's subgroup), then the online update.
-template <class T, int HG, int KCH>
-__device__ __forceinline__ void dv2_update(const dv2_params& p, const float (&q)[HG][k_dv2_elems], const uint4* k,
-                                           const uint4* v, bool live, dv2_state<HG>& st) {
+// The NK keys of one loop step (key u: chunks k[u], v[u], live[u]) into the subgroup's state.
+// The heads' partial dot products of every key first, then their sums over the key's subgroup
+// (xor shuffles, all NK·HG sums advancing together level by level), then the online update key by
+// key in order. Each score is the same sum in the same order as one key at a time (and so is the
+// update), so the results are those of the key-by-key loop; only the dependent chain is shorter
+// (NK·HG independent shuffle chains instead of one after another: docs/perf.md, session 13).
+template <class T, int HG, int KCH, int NK>
+__device__ __forceinline__ void dv2_update_step(const dv2_params& p, const float (&q)[HG][k_dv2_elems],
+                                                const uint4 (&k)[NK][KCH], const uint4 (&v)[NK][KCH],
+                                                const bool (&live)[NK], dv2_state<HG>& st) {
     constexpr int VEC = 16 / int(sizeof(T));
-    float kf[k_dv2_elems], vf[k_dv2_elems];
+    float dot[NK][HG];
 #pragma unroll
-    for (int c = 0; c < KCH; ++c) dv2_unpack<T>(k[c], kf + c * VEC), dv2_unpack<T>(v[c], vf + c * VEC);
+    for (int u = 0; u < NK; ++u) {
+        float kf[k_dv2_elems];
 #pragma unroll
-    for (int h = 0; h < HG; ++h) {
-        float dot = 0.0f;
+        for (int c = 0; c < KCH; ++c) dv2_unpack<T>(k[u][c], kf + c * VEC);
 #pragma unroll
-        for (int e = 0; e < k_dv2_elems; ++e) dot += q[h][e] * kf[e];
-        for (int o = p.lanes_per_key >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        float score = live ? dot * p.scale : -INFINITY;
-        if (score != score) st.nan[h] = true, score = -INFINITY;
-        float m_new = fmaxf(st.m[h], score);
-        float pj = 0.0f, alpha = 1.0f;
-        if (m_new != -INFINITY) {
-            pj = expf(score - m_new);        // score = −inf → 0
-            alpha = expf(st.m[h] - m_new);   // m = −inf → 0 (l, acc are 0 then)
+        for (int h = 0; h < HG; ++h) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < k_dv2_elems; ++e) d += q[h][e] * kf[e];
+            dot[u][h] = d;
         }
-        st.l[h] = st.l[h] * alpha + pj;
-        st.m[h] = m_new;
+    }
+    for (int o = p.lanes_per_key >> 1; o > 0; o >>= 1)
 #pragma unroll
-        for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = st.acc[h][e] * alpha + pj * vf[e];
+        for (int u = 0; u < NK; ++u)
+#pragma unroll
+            for (int h = 0; h < HG; ++h) dot[u][h] += __shfl_xor_sync(0xffffffffu, dot[u][h], o);
+#pragma unroll
+    for (int u = 0; u < NK; ++u) {
+        float vf[k_dv2_elems];
+#pragma unroll
+        for (int c = 0; c < KCH; ++c) dv2_unpack<T>(v[u][c], vf + c * VEC);
+#pragma unroll
+        for (int h = 0; h < HG; ++h) {
+            float score = live[u] ? dot[u][h] * p.scale : -INFINITY;
+            if (score != score) st.nan[h] = true, score = -INFINITY;
+            float m_new = fmaxf(st.m[h], score);
+            float pj = 0.0f, alpha = 1.0f;
+            if (m_new != -INFINITY) {
+                pj = expf(score - m_new);        // score = −inf → 0
+                alpha = expf(st.m[h] - m_new);   // m = −inf → 0 (l, acc are 0 then)
+            }
+            st.l[h] = st.l[h] * alpha + pj;
+            st.m[h] = m_new;
+#pragma unroll
+            for (int e = 0; e < k_dv2_elems; ++e) st.acc[h][e] = st.acc[h][e] * alpha + pj * vf[e];
+        }
     }
 }
 
@@ -171,8 +195,7 @@ __device__ __forceinline__ void dv2_keys(const dv2_params& p, int s, int t, int 
             live[u] = j <= hi;
             dv2_load<T, KCH>(p, bt, kvh, j, live[u], sub, k[u], v[u]);
         }
-#pragma unroll
-        for (int u = 0; u < NK; ++u) dv2_update<T, HG, KCH>(p, q, k[u], v[u], live[u], st);
+        dv2_update_step<T, HG, KCH, NK>(p, q, k, v, live, st);
     }
 }
 
