@@ -9,7 +9,8 @@
 # Env: BASE (tgz, default .device/base0.tgz), CFGS ("l8 q12" and/or "l32 q48"),
 # ROUNDS (2), BENCH_BATCH (1,8), TARGETS (extra ninja targets for the new tree), TESTS (ctest -R regex
 # run on the new tree), VARS ("NAME=VAL ..." extra env variants of the new tree), MM (bench_matmul args
-# for both trees, e.g. "--quick").
+# for both trees, e.g. "--quick"). Every tree and variant first runs a 2-token smoke bench (8-layer
+# Llama-3.1-8B); a failing one stops the script before the rounds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab-out}; mkdir -p $OUT
@@ -57,6 +58,12 @@ run() {  # run TREE CFG LABEL [env...]
   cat $OUT/run.tmp >> $OUT/bench-all.log
   awk -v l="$lab" -v c="$cfg" '/^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$/ {printf "%s %s b%s %s\n", c, l, $1, $2}' $OUT/run.tmp >> $OUT/res.txt
 }
+# Smoke run of every tree and variant first (a variant that aborts would otherwise cost every round).
+for v in base new ${VARS:-}; do
+  tree=bn; [ $v = base ] && tree=bb; e=(); [ $v = base ] || [ $v = new ] || e=("$v")
+  env "${e[@]}" /tmp/$tree/cli/tetra bench /tmp/cfg/l8 --load-format dummy --device cuda --batch 1 --input-len 8 \
+     --output-len 2 --skip-selftest > $OUT/smoke.log 2>&1 || { echo "smoke run failed: $v"; tail -8 $OUT/smoke.log; exit 1; }
+done
 for r in $(seq 1 ${ROUNDS:-2}); do
   for cfg in ${CFGS:-l8 q12}; do
     run bb $cfg base; run bn $cfg new

@@ -112,7 +112,8 @@ template <class F> void dispatch_act(dtype t, F&& f) {
 // kernel waits in turn). Never before it: that would break the two-launches rule above, which
 // moe_matmul_args::offsets_early relies on for correctness, not only for speed. Not earlier: triggering first thing lets a matmul launch while the previous
 // matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
-// slower; docs/perf.md). Both are no-ops below sm_90 and when the kernel was launched without the
+// slower; the decode attention, the norms or qkv_rope_store triggering first: 1–8 % slower;
+// docs/perf.md). Both are no-ops below sm_90 and when the kernel was launched without the
 // attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
