@@ -443,6 +443,11 @@ struct bench_shape {
             else cuda::matmul_nvfp4_w4a16_sm80_launch(x, m, w, out, wsp, sms, g_stream);
         }
     }
+    void wgmma_batch(long m, int tokens = 0) {  // the fused sm_90a large-M kernel (0: the launcher's tile)
+        for (int b = 0; b < 10; ++b)
+            cuda::matmul_nvfp4_w4a16_wgmma_launch(x, m, ws[size_t(b) % ws.size()], out, n, wsp.dequant, wsp.dequant_bytes,
+                                                  g_stream, tokens);
+    }
     void cublas_batch(long m, void* ws_cublas) {
         for (int b = 0; b < 10; ++b)
             cuda::gemm_bf16_tn_launch(x, bw16[size_t(b) % bw16.size()], out, m, n, k, n, 1.0f, ws_cublas,
@@ -450,7 +455,8 @@ struct bench_shape {
     }
 };
 
-// --large: the large-M path (dequant + cuBLASLt) at M = 1024 and 4096 beside cuBLAS BF16 (two
+// --large: the large-M paths (dequant + cuBLASLt; the fused wgmma kernel where this image has it) at
+// M = 1024, 2048 and 4096 beside cuBLAS BF16 (two
 // samples each), the dequant alone over the whole weight and a pure-write ceiling (cudaMemset);
 // --hot: the small-M launcher at M = 1 and 16 on one weight copy (L2-resident after the first
 // launch) beside the rotated copies (streamed from DRAM).
@@ -475,12 +481,19 @@ static void run_large(int sms, double bw, void* ws_cublas) {
                     b.n, b.k, wgb * 1e3, tw, wgb / tw * 1e6, 100.0 * wgb / tw * 1e6 / bw);
         std::printf("| %s %ldx%ld | - | dequant alone (%.0f MB moved) | %.2f | - | %.0f GB/s = %.1f %% of BW |\n", b.what, b.n,
                     b.k, gb * 1e3, td, gb / td * 1e6, 100.0 * gb / td * 1e6 / bw);
-        for (long m : {1024L, 4096L})
+        for (long m : {1024L, 2048L, 4096L})
             for (int rep = 0; rep < 2; ++rep) {
                 double tc = median_graph_us([&] { b.cublas_batch(m, ws_cublas); }, 10);
                 double t = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms); }, 10);
                 std::printf("| %s %ldx%ld | %ld | dequant+cuBLASLt (sample %d) | %.2f | %.2f | %.3f |\n", b.what, b.n, b.k, m,
                             rep + 1, t, tc, tc / t);
+                if (cuda::w4a16_wgmma_compiled_here())
+                    for (int tok : {256, 128}) {
+                        double tw2 = median_graph_us([&] { b.wgmma_batch(m, tok); }, 10);
+                        std::printf("| %s %ldx%ld | %ld | fused wgmma, %d-token tiles%s (sample %d) | %.2f | %.2f | %.3f |\n", b.what,
+                                    b.n, b.k, m, tok, cuda::w4a16_wgmma_tokens(m, b.n, sms) == tok ? " (launcher's)" : "",
+                                    rep + 1, tw2, tc, tc / tw2);
+                    }
                 std::fflush(stdout);
             }
     }
@@ -635,6 +648,12 @@ int main(int argc, char** argv) {
                                    : m <= cuda::W4A16_SM80_SMALL_M_MAX ? "sm80 small-M v1" : "dequant+cuBLASLt";
                 std::printf("| w4a16 %s %ldx%ld | %ld | %s | %.2f | %.2f | %.0f | %.1f %% | %.2f | %.2f | %.2f |\n", b.what,
                             b.n, b.k, m, kern, ts, tg, gbs, 100.0 * gbs / bw, flop / tg / 1e6, tc, tc / tg);
+            }
+            if (m > cuda::W4A16_SM80_SMALL_M_MAX && cuda::w4a16_wgmma_compiled_here()) {
+                double ts = median_us([&] { b.wgmma_batch(m); }, 10), tg = median_graph_us([&] { b.wgmma_batch(m); }, 10);
+                double gbs = (b.wbytes + io) / tg / 1e3;
+                std::printf("| w4a16 %s %ldx%ld | %ld | fused wgmma | %.2f | %.2f | %.0f | %.1f %% | %.2f | %.2f | %.2f |\n", b.what,
+                            b.n, b.k, m, ts, tg, gbs, 100.0 * gbs / bw, flop / tg / 1e6, tc, tc / tg);
             }
             std::printf("| cublas bf16 %s %ldx%ld | %ld | cuBLASLt | - | %.2f | %.0f | %.1f %% | %.2f | - | - |\n", b.what,
                         b.n, b.k, m, tc, (b.bbytes + io) / tc / 1e3, 100.0 * (b.bbytes + io) / tc / 1e3 / bw,

@@ -34,6 +34,7 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_gemv_sm80.cu -o $B/gv.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_large_sm80.cu -o $B/lg.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_dense_bf16_cublaslt.cu -o $B/lt.o & pids+=($!)
+  $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_wgmma_sm90.cu -o $B/wg.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c tests/backend/cuda/test_matmul_gpu.cu -o $B/test.o & pids+=($!)
   $NV -c bench/bench_matmul.cu -o $B/bench.o & pids+=($!)
   for f in src/core/*.cpp src/nvfp4/*.cpp src/backend/cuda/w4a16_layout.cpp; do
@@ -41,8 +42,8 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   done
   for p in "${pids[@]}"; do wait "$p" || fail=1; done
   [ $fail = 0 ] || return 1
-  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/cpu_*.o $LIBS -lgtest_main -lgtest &&
-    nvcc -o $B/bench_matmul $B/bench.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/cpu_*.o $LIBS
+  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS -lgtest_main -lgtest &&
+    nvcc -o $B/bench_matmul $B/bench.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS
 }
 if [ -z "${STANDALONE:-}" ] && build_cmake; then echo "build (cmake): $(( $(date +%s) - t0 )) s"
 else
@@ -52,7 +53,7 @@ else
 fi
 export LD_LIBRARY_PATH=$GT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 $B/test_matmul_gpu 2>&1 | tee "$OUT/test.log" | grep -E "^\[  (FAILED|PASSED|  OK) |Failure|error|got" | head -60
-compute-sanitizer --tool memcheck $B/test_matmul_gpu --gtest_filter='*nan_parity*:*all_row_counts*:*dequant_exact*:*nan_inf_parity*:*versions_and_plans*' \
+compute-sanitizer --tool memcheck $B/test_matmul_gpu --gtest_filter='*nan_parity*:*all_row_counts*:*dequant_exact*:*nan_inf_parity*:*versions_and_plans*:*wgmma*' \
   > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 for args in "${@:-}"; do  # each argument is one bench invocation's flags ("" = the full table)
   $B/bench_matmul $args 2>&1 | tee -a "$OUT/bench.log"

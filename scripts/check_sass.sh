@@ -2,7 +2,8 @@
 # SASS check of the compiled CUDA objects (reference/kernels.md §8): the hardware E2M1 convert
 # F2FP.SATFINITE.E2M1 must be in the sm_120a and sm_121a (and sm_100a) cubins of the
 # quantize_nvfp4_act_sm120a kernel and in no cubin of other targets (sm_80, sm_90a, ...), and never
-# in the software kernel quantize_nvfp4_act_sm80. Usage: check_sass.sh [build dir] (default
+# in the software kernel quantize_nvfp4_act_sm80; HGMMA exactly in the sm_90a cubin of the fused
+# large-M W4A16 kernel. Usage: check_sass.sh [build dir] (default
 # build-cuda-ci). cuobjdump: $CUOBJDUMP, PATH, /usr/local/cuda/bin, or PyPI nvidia-cuda-cuobjdump.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,19 @@ for a in $(arches "$sw"); do
     st=ok; [ "$n" -eq 0 ] || { st=FAIL; fail=1; }
     printf 'quantize_nvfp4_act_sm80    %-8s F2FP.SATFINITE.E2M1 x%-3s expected no  %s\n' "$a" "$n" "$st"
 done
+# The fused large-M W4A16 kernel: wgmma (HGMMA) exactly in the sm_90a cubin; other images hold the
+# trap the registry never selects (it needs FEAT_WGMMA).
+wg=$(find "$build" -name 'matmul_nvfp4_w4a16_wgmma_sm90.cu.o' | head -1)
+if [ -n "$wg" ]; then
+    for a in $(arches "$wg"); do
+        n=$("$cuobjdump" -sass -arch "$a" "$wg" | grep -c 'HGMMA' || true)
+        case $a in sm_90a) want=yes ;; *) want=no ;; esac
+        if { [ $want = yes ] && [ "$n" -gt 0 ]; } || { [ $want = no ] && [ "$n" -eq 0 ]; }; then st=ok; else st=FAIL; fail=1; fi
+        printf 'matmul_nvfp4_w4a16_wgmma   %-8s HGMMA x%-3s expected %-3s %s\n' "$a" "$n" "$want" "$st"
+    done
+else
+    echo "check_sass: matmul_nvfp4_w4a16_wgmma_sm90 object not found under $build"; fail=1
+fi
 for need in ${CHECK_SASS_REQUIRE:-sm_120a sm_121a}; do
     case " $seen " in *" $need "*) ;; *) echo "check_sass: no $need cubin in $hw (compiled:$seen)"; fail=1 ;; esac
 done

@@ -25,6 +25,7 @@ namespace cuda {
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
 void register_matmul_silu_sm80(kernel_registry& r);  // "matmul_silu": fused W4A16 + two-step
 void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r);  // m ≤ 8, same prepared weight
+void register_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r);  // large m, sm_90a, same prepared weight
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 void register_matmul_dense_bf16_gemv_sm80(kernel_registry& r);  // small (router) weights, PDL
 // The prepare step of matmul_nvfp4_w4a16_sm80 (for cuda_backend::prepare_linear): packs a host
@@ -112,6 +113,24 @@ void matmul_nvfp4_w4a16_sm80_large_launch(const void* x, int64_t m, const w4a16_
 // scale_global · 2^8 goes into the GEMM's alpha).
 void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t rows, void* dst,
                                cudaStream_t s);
+
+// ---- W4A16 fused large-M kernel (matmul_nvfp4_w4a16_wgmma_sm90.cu, sm_90a images only) -----------
+// out[i, j] (row stride ld_out ≥ n) = x[m, k] · Wᵀ with the weight dequantized in registers as
+// wgmma's A operand (no bf16 copy); same re-laid weight as the sm80 kernels. Any m ≥ 1 (tiles of
+// 256 or 128 rows), k a multiple of 16. `ws` (ws_bytes) takes x in the packed layout's k order (rows of
+// k rounded up to 64, bf16): w4a16_wgmma_workspace_rows(k, ws_bytes) rows per pass, at least 256
+// or m. Only for a device and image with FEAT_WGMMA (the kernel traps elsewhere); deterministic,
+// each output row independent of the others.
+// tokens_override: 128 or 256 forces the token tile (bench, tests); 0 = w4a16_wgmma_tokens.
+void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
+                                     int64_t ld_out, void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override = 0);
+size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes);
+// The token tile the launcher takes for m rows of an [n, k] weight on sm_count SMs: 256 (one CTA
+// per SM) unless 128 (two per SM) spreads the CTAs more evenly.
+int w4a16_wgmma_tokens(int64_t m, int64_t n, int sm_count);
+// Whether this binary holds the kernel as sm_90 SASS for the current device (the bench and tests
+// ask before launching it outside the registry).
+bool w4a16_wgmma_compiled_here();
 
 // ---- W4A16 decode kernel (matmul_nvfp4_w4a16_gemv_sm80.cu) ---------------------------------------
 // m ≤ 8 on the same re-laid weight (w4a16_sm80_pack), x staged whole in shared memory (so

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/arch.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul_launch.h"
@@ -186,6 +187,31 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
                                    sms, s);
 }
 
+// The fused large-M kernel (matmul_nvfp4_w4a16_wgmma_sm90.cu) where it measured faster than
+// dequant + cuBLASLt on an H100 (docs/perf.md, session 15): 64 < m ≤ 2048; at m = 4096 the dequant
+// is a small share and cuBLAS's GEMM is faster. (The launcher picks its token tile per shape.)
+constexpr int64_t W4A16_WGMMA_M_MAX = 2048;
+
+std::string accepts_w4a16_wgmma(const matmul_args& a) {
+    std::string why = accepts_w4a16_sm80(a);
+    if (!why.empty()) return why;
+    if (a.m <= W4A16_SM80_SMALL_M_MAX)
+        return "m = " + std::to_string(a.m) + " ≤ " + std::to_string(W4A16_SM80_SMALL_M_MAX) + ": the small-M kernels";
+    if (a.m > W4A16_WGMMA_M_MAX)
+        return "m = " + std::to_string(a.m) + " > " + std::to_string(W4A16_WGMMA_M_MAX) +
+               ": dequant + cuBLASLt measured faster (docs/perf.md)";
+    return "";
+}
+
+void launch_w4a16_wgmma(backend& be, const matmul_args& a) {
+    cudaStream_t s = stream_of(be);
+    w4a16_sm80_workspace need;
+    need.dequant_bytes = size_t(a.m) * size_t((a.k + 63) / 64 * 64) * 2;  // x in the packed k order
+    const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
+    matmul_nvfp4_w4a16_wgmma_launch(a.x.data, a.m, device_weight(*a.w, a.n, a.k), a.out.data, a.n, ws.dequant,
+                                    ws.dequant_bytes, s);
+}
+
 // What every kernel on the packed layout needs: sm_80+, bf16 activations, 16-byte aligned operands.
 kernel_req packed_req() {
     kernel_req req = cuda_req(80, {dtype::BF16});
@@ -198,6 +224,15 @@ kernel_req packed_req() {
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r) {
     r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sm80", packed_req(), 10,
                                    accepts_w4a16_sm80, launch_w4a16_sm80));
+}
+
+// Priority 12, above the sm80 entry, where the image has wgmma (exactly sm_90a) and accepts() says
+// the shape is one it measured faster on.
+void register_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r) {
+    kernel_req req = packed_req();
+    req.features = FEAT_WGMMA;  // only an sm_90a image on an sm_90 device has it
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_wgmma_sm90", req, 12, accepts_w4a16_wgmma,
+                                   launch_w4a16_wgmma));
 }
 
 void register_matmul_silu_sm80(kernel_registry& r) {

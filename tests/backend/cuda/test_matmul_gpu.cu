@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/arch.h"
 #include "backend/backend.h"
 #include "backend/ops.h"
 #include "backend/registry.h"
@@ -535,6 +536,77 @@ TEST(matmul_w4a16_sm80, large_path_in_several_passes) {
     }
 }
 
+// The fused wgmma kernel (sm_90a image on an sm_90 device; the registry refuses it elsewhere, see
+// registry_selects_and_matches_oracle). Returns false when this binary and device cannot run it:
+// on an H100 that is a failure (the gpu tests are built with 90a for it).
+bool wgmma_runs_here() {
+    if (cuda::w4a16_wgmma_compiled_here()) return true;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    EXPECT_NE(major, 9) << "an sm_90 device without the sm_90a wgmma kernel: build the gpu tests with 90a";
+    return false;
+}
+
+// ws_rows: the permuted-x workspace in rows (0: all m rows in one pass).
+// tokens: the token tile (128 or 256; 0 = the launcher's choice).
+std::vector<uint16_t> run_wgmma(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, int64_t ws_rows = 0,
+                                int tokens = 0) {
+    const size_t row_bytes = size_t((dw.w.k + 63) / 64 * 64) * 2;
+    dbuf ws(row_bytes * size_t(ws_rows ? ws_rows : m));
+    return run_guarded(x, m, dw.w.n, cuda::w4a16_sm80_workspace{}, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace&) {
+        cuda::matmul_nvfp4_w4a16_wgmma_launch(dx, m, dw.w, out, dw.w.n, ws.p, ws.bytes, 0, tokens);
+    });
+}
+
+// Odd shapes (n not a multiple of the CTA's 256 rows or of 16, k not a multiple of 64), m across
+// the 128-row token tiles, NaN weights and activations: the oracle's tolerance (f32 sums in another
+// order, one bf16 rounding).
+TEST(matmul_w4a16_wgmma, matches_oracle_odd_shapes_and_nan) {
+    if (!wgmma_runs_here()) return;
+    uint32_t seed = 300;
+    for (const shape& s : k_shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        if (s.n == 100) hw.scales[size_t(3 * (s.k / 16) + 2)] = 0x7F;  // NaN block scale: row 3 NaN
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 300);
+        for (int64_t m : {1, 3, 17, 100, 129, 300}) {
+            if (s.n == 1000 && m == 300) continue;  // the host oracle's time; m = 300 crosses the 256-row tile
+            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
+            if (m > 3) x[size_t(2 * s.k + 5)] = 0x7FC0;  // NaN activation: row 2 NaN
+            std::vector<double> ref, mag;
+            oracle(x, m, wf, s.n, s.k, ref, mag);
+            std::string what = "wgmma n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m);
+            for (int tok : {256, 128})
+                expect_close(run_wgmma(dw, x, m, 0, tok), ref, mag, s.k, (what + " tile " + std::to_string(tok)).c_str());
+        }
+    }
+}
+
+// Each output row depends on its own activation row only, and a launch repeats its bits.
+TEST(matmul_w4a16_wgmma, rows_independent_of_batch_and_deterministic) {
+    if (!wgmma_runs_here()) return;
+    host_weight hw = random_weight(4096, 4096, 311);
+    dev_weight dw(hw, 300);
+    std::vector<uint16_t> x = random_bf16(300 * hw.k, 312);
+    std::vector<uint16_t> out = run_wgmma(dw, x, 300), again = run_wgmma(dw, x, 300);
+    EXPECT_EQ(out, again) << "two launches differ";
+    for (int64_t r : {0, 255, 256, 299}) {
+        std::vector<uint16_t> xr(x.begin() + r * hw.k, x.begin() + (r + 1) * hw.k);
+        std::vector<uint16_t> out1 = run_wgmma(dw, xr, 1);
+        EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + r * hw.n, size_t(hw.n) * 2)) << "row " << r;
+    }
+    // a workspace of 256 rows: two passes (rows 0..255, 256..299), and 128-token tiles: the same bits
+    EXPECT_EQ(run_wgmma(dw, x, 300, 256), out) << "passes through a 256-row workspace differ";
+    EXPECT_EQ(run_wgmma(dw, x, 300, 0, 128), out) << "128-token tiles differ from 256-token tiles";
+    EXPECT_EQ(run_wgmma(dw, x, 300, 0, 256), out) << "256-token tiles differ from the launcher's choice";
+    std::vector<float> wf = dequant_host(hw);
+    std::vector<uint16_t> x2(x.begin() + 255 * hw.k, x.begin() + 257 * hw.k);
+    std::vector<double> ref, mag;
+    oracle(x2, 2, wf, hw.n, hw.k, ref, mag);
+    expect_close(std::vector<uint16_t>(out.begin() + 255 * hw.n, out.begin() + 257 * hw.n), ref, mag, hw.k, "4096x4096 rows 255, 256");
+}
+
 TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
     struct cse { int64_t m, n, k; };
     uint32_t seed = 100;
@@ -687,6 +759,8 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
         if (m <= cuda::W4A16_GEMV_M_MAX)
             EXPECT_TRUE(sel == "matmul_nvfp4_w4a16_gemv_sm80" || sel == "matmul_nvfp4_w4a16_sm80") << sel;
+        else if (m > cuda::W4A16_SM80_SMALL_M_MAX && (be->device().features & FEAT_WGMMA))
+            EXPECT_EQ(sel, "matmul_nvfp4_w4a16_wgmma_sm90");  // the fused large-M kernel (sm_90a)
         else
             EXPECT_EQ(sel, "matmul_nvfp4_w4a16_sm80");
         for (const kernel_candidate& c : kernel_registry::instance().candidates("matmul_nvfp4_w4a16", be->device(), &a))
@@ -700,6 +774,39 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         be->download(out, got.data());
         oracle(x, m, wdf, hw.n, hw.k, ref, mag);
         expect_close(got, ref, mag, hw.k, ("backend dense m=" + std::to_string(m)).c_str());
+    }
+    // the fused wgmma kernel: chosen for a large m whose grid fills its waves where the image has
+    // wgmma (sm_90a on an H100), refused with the reason elsewhere; its result through the backend
+    {
+        const int64_t n2 = 128 * int64_t(be->device().sm_count), k2 = 208, m2 = 200;
+        host_weight hw2 = random_weight(n2, k2, 23);
+        std::vector<float> wf2 = dequant_host(hw2);
+        linear_weight lw2;
+        lw2.kind = linear_kind::NVFP4, lw2.n_out = n2, lw2.n_in = k2, lw2.scale_global = hw2.scale_global;
+        lw2.codes = tensor::view(dtype::U8, {n2, k2 / 2}, hw2.codes.data());
+        lw2.scales = tensor::view(dtype::E4M3, {n2, k2 / 16}, hw2.scales.data());
+        linear_weight dw2 = cuda::matmul_nvfp4_w4a16_sm80_prepare(*be, lw2);
+        std::vector<uint16_t> x = random_bf16(m2 * k2, 24);
+        tensor xd = be->upload(tensor::view(dtype::BF16, {m2, k2}, x.data()));
+        tensor out = be->alloc(dtype::BF16, {m2, n2});
+        matmul_args a;
+        a.act = dtype::BF16, a.align = 256;
+        a.x = xd, a.out = out, a.w = &dw2, a.m = m2, a.n = n2, a.k = k2;
+        const bool wgmma = (be->device().features & FEAT_WGMMA) != 0;
+        std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
+        EXPECT_EQ(sel, wgmma ? "matmul_nvfp4_w4a16_wgmma_sm90" : "matmul_nvfp4_w4a16_sm80");
+        for (const kernel_candidate& c : kernel_registry::instance().candidates("matmul_nvfp4_w4a16", be->device(), &a))
+            if (c.kernel->name == "matmul_nvfp4_w4a16_wgmma_sm90" && !wgmma)
+                EXPECT_NE(c.why_not.find("wgmma"), std::string::npos) << c.why_not;
+        a.m = 2 * cuda::W4A16_SM80_SMALL_M_MAX + 4096;  // past the measured range: the reason says so
+        for (const kernel_candidate& c : kernel_registry::instance().candidates("matmul_nvfp4_w4a16", be->device(), &a))
+            if (c.kernel->name == "matmul_nvfp4_w4a16_wgmma_sm90") EXPECT_FALSE(c.eligible);
+        be->matmul(xd, dw2, out, matmul_mode::W4A16);
+        std::vector<uint16_t> got(size_t(m2 * n2));
+        be->download(out, got.data());
+        std::vector<double> ref, mag;
+        oracle(x, m2, wf2, n2, k2, ref, mag);
+        expect_close(got, ref, mag, k2, "backend w4a16 large m");
     }
     // the canonical (not re-laid) weight is rejected with the reason, not run wrongly
     linear_weight canon = lw;
