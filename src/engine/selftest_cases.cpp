@@ -1,7 +1,8 @@
 // The self-test's op cases (selftest_cases.h): for each op the model's forward runs, fixed-seed inputs
 // at the model's real feature sizes (norm weights, linears' real rows, the vocabulary), rebuilt on
 // every run so the device kernel and the CPU oracle see identical bytes; matmul cases probe the
-// kernel selection at M in {1, 2, 3, 4, 8, 16, 64, max_tokens}.
+// kernel selection at M in {1, 2, 3, 4, 8, 16, 64, 1024, max_tokens} (1024: the prefill chunks below
+// a larger max_tokens, e.g. the fused large-M W4A16 kernel's range on sm_90a).
 #include "engine/selftest_cases.h"
 
 #include <algorithm>
@@ -440,8 +441,9 @@ void case_builder::matmul_cases() {
         // Test sizes: (M, N) from small to the real shape; a kernel is tested at the first it accepts.
         int64_t n_small = std::min<int64_t>(lw.n_out, 64), m_small = std::min<int64_t>(3, max_tokens);
         std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, lw.n_out}};
-        for (int64_t m : {int64_t(16), int64_t(64), max_tokens})
-            if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
+        for (int64_t m : {int64_t(16), int64_t(64), int64_t(1024), max_tokens})
+            if (m <= max_tokens && m > m_small && (m != 1024 || max_tokens > 1024))
+                sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
         k.n_sizes = int(sizes.size());
         for (auto& s : sizes)
             k.size_strs.push_back(strfmt("%s (%s rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(), where.c_str(),
@@ -478,6 +480,7 @@ void case_builder::matmul_cases() {
         };
         for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
             if (m <= max_tokens) k.probe_m.push_back(m);
+        if (max_tokens > 1024) k.probe_m.push_back(1024);
         if (max_tokens > 64) k.probe_m.push_back(max_tokens);
         cases.push_back(k);
     }
