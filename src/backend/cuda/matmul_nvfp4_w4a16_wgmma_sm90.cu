@@ -286,16 +286,41 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
 #pragma unroll
     for (int i = 0; i < NACC; ++i) pin(acc[i]);
 
-    if (!tile_ok) return;
-    const int g = lane >> 2, t = lane & 3;
-    const int f0 = tile * 16 + g;
+    // Epilogue: the CTA's [TOK tokens][128 rows] tile as bf16 through shared memory (the ring is free
+    // once every warp is past its last wgmma wait: every copy was consumed), then whole 16-B pieces
+    // of output rows. Token rows are padded by 16 B, so the 2-byte writes of a warp's four t-lanes
+    // land 8 banks apart.
+    constexpr int OROW = TILES * 16 * 2 + 16;
+    static_assert(TOK * OROW <= STAGES * STAGE_BYTES, "the output tile must fit the ring");
+    __syncthreads();
+    {
+        const int g = lane >> 2, t = lane & 3;
+        uint8_t* orow = base + (2 * t) * OROW + (warp * 16 + g) * 2;
 #pragma unroll
-    for (int j = 0; j < TOK / 8; ++j)
+        for (int j = 0; j < TOK / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int f = f0 + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * t + (e & 1);
-            if (f < p.n && tok < p.m) p.out[size_t(tok) * p.ld_out + f] = __float2bfloat16_rn(acc[4 * j + e] * p.alpha);
+            for (int e = 0; e < 4; ++e)
+                *reinterpret_cast<__nv_bfloat16*>(orow + (8 * j + (e & 1)) * OROW + 16 * (e >> 1)) =
+                    __float2bfloat16_rn(acc[4 * j + e] * p.alpha);
+    }
+    __syncthreads();
+    const int f_cta = tile0 * 16;
+    const bool vec = p.ld_out % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
+#pragma unroll 4
+    for (int piece = threadIdx.x; piece < TOK * TILES * 2; piece += THREADS) {
+        const int r = piece / (TILES * 2), f = f_cta + 8 * (piece % (TILES * 2)), tok = tok0 + r;
+        if (tok >= p.m || f >= p.n) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(base + r * OROW + (f - f_cta) * 2);
+        __nv_bfloat16* dst = p.out + size_t(tok) * p.ld_out + f;
+        if (vec && f + 8 <= p.n) {
+            *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+                if (f + q < p.n) d16[q] = uint16_t(word_of(v, q >> 1) >> (16 * (q & 1)));
         }
+    }
 #else
     __trap();  // not an sm_90a image: the registry never selects this kernel there (FEAT_WGMMA)
 #endif
