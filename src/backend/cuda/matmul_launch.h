@@ -124,6 +124,11 @@ void w4a16_sm80_dequant_launch(const w4a16_sm80_weight& w, int64_t n0, int64_t r
 // tokens_override: 128 or 256 forces the token tile (bench, tests); 0 = w4a16_wgmma_tokens.
 void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                      int64_t ld_out, void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override = 0);
+// matmul_silu on the same kernel: w is the stacked [gate; up] weight (n = 2·n_ff, n_ff % 16 == 0);
+// out [m, n_ff] = silu(x·gateᵀ) · (x·upᵀ), each half rounded to bf16 first: the bits of this
+// kernel's plain form followed by silu_mul_gate_up.
+void matmul_silu_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, int64_t n_ff, void* out,
+                                          void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override = 0);
 size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes);
 // The token tile the launcher takes for m rows of an [n, k] weight on sm_count SMs: 256 (one CTA
 // per SM) unless 128 (two per SM) spreads the CTAs more evenly.

@@ -212,6 +212,25 @@ void launch_w4a16_wgmma(backend& be, const matmul_args& a) {
                                     ws.dequant_bytes, s);
 }
 
+// matmul_silu on the fused large-M kernel: W4A16, the same m range, n_ff a multiple of 16.
+std::string accepts_silu_w4a16_wgmma(const matmul_silu_args& a) {
+    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
+    std::string why = accepts_w4a16_wgmma(a.mm);
+    if (!why.empty()) return why;
+    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
+    if (a.out.type != dtype::BF16) return "needs a bf16 out";
+    return "";
+}
+
+void launch_silu_w4a16_wgmma(backend& be, const matmul_silu_args& a) {
+    cudaStream_t s = stream_of(be);
+    w4a16_sm80_workspace need;
+    need.dequant_bytes = size_t(a.mm.m) * size_t((a.mm.k + 63) / 64 * 64) * 2;  // x in the packed k order
+    const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
+    matmul_silu_nvfp4_w4a16_wgmma_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.n_ff,
+                                         a.out.data, ws.dequant, ws.dequant_bytes, s);
+}
+
 // What every kernel on the packed layout needs: sm_80+, bf16 activations, 16-byte aligned operands.
 kernel_req packed_req() {
     kernel_req req = cuda_req(80, {dtype::BF16});
@@ -233,6 +252,8 @@ void register_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r) {
     req.features = FEAT_WGMMA;  // only an sm_90a image on an sm_90 device has it
     r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_wgmma_sm90", req, 12, accepts_w4a16_wgmma,
                                    launch_w4a16_wgmma));
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_wgmma_sm90", req, 12,
+                                        accepts_silu_w4a16_wgmma, launch_silu_w4a16_wgmma));
 }
 
 void register_matmul_silu_sm80(kernel_registry& r) {

@@ -59,6 +59,7 @@ struct wg_params {
     __nv_bfloat16* out;      // [m, ld_out]
     int m, n, ld_out, n_tiles, k_chunks, k_groups;
     float alpha;             // scale_global · 2^8
+    int n_ff;                // SILU: n = 2·n_ff stacked [gate; up] rows; out [m, n_ff] = silu(gate) · up
 };
 
 // x_perm[r, 64c + 16j + 8h + 2t + e] = x[r, 64c + 16t + 4j + 2h + e] (0 past k): one thread per
@@ -168,7 +169,10 @@ __device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memo
 __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 #endif
 
-template <int TOK>
+// SILU (matmul_silu): CTA y takes gate tiles 4y..4y+3 (warpgroup 0) and the matching up tiles
+// (warpgroup 1); the epilogue applies silu_times to the two bf16-rounded halves, as the two-step
+// path (this kernel's plain form, then silu_mul_gate_up) does: the same bits.
+template <int TOK, bool SILU>
 __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmma_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                                      wg_params p) {
 #if TETRA_WGMMA_OK
@@ -180,8 +184,10 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
     const uint32_t ring_s = smem_u32(base), full_s = smem_u32(full);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tok0 = blockIdx.x * TOK, tile0 = blockIdx.y * TILES;
-    const int tile = tile0 + warp;  // this warp's 16 weight rows (warpgroup warp / 4, rows 16·(warp % 4))
-    const bool tile_ok = tile < p.n_tiles;
+    // this warp's 16 weight rows (warpgroup warp / 4, rows 16·(warp % 4))
+    const int ff_tiles = p.n_ff / 16, ff_tile = 4 * blockIdx.y + (warp & 3);
+    const int tile = SILU ? (warp < 4 ? ff_tile : ff_tiles + ff_tile) : tile0 + warp;
+    const bool tile_ok = SILU ? ff_tile < ff_tiles : tile < p.n_tiles;
     const bool leader = threadIdx.x == 0;
     if (leader) {
         for (int s = 0; s < STAGES; ++s) mbar_init(full_s + 8 * s, 1);
@@ -304,8 +310,37 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
                     __float2bfloat16_rn(acc[4 * j + e] * p.alpha);
     }
     __syncthreads();
-    const int f_cta = tile0 * 16;
     const bool vec = p.ld_out % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
+    if constexpr (SILU) {  // out features 64y … 64y+63: gate in tile columns 0..63, up in 64..127
+        const int f_cta = 64 * blockIdx.y;
+#pragma unroll 2
+        for (int piece = threadIdx.x; piece < TOK * 8; piece += THREADS) {
+            const int r = piece / 8, f = f_cta + 8 * (piece % 8), tok = tok0 + r;
+            if (tok >= p.m || f >= p.n_ff) continue;
+            const uint4 gv = *reinterpret_cast<const uint4*>(base + r * OROW + (f - f_cta) * 2);
+            const uint4 uv = *reinterpret_cast<const uint4*>(base + r * OROW + (64 + f - f_cta) * 2);
+            uint4 o;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t gw = word_of(gv, q), uw = word_of(uv, q);
+                const __nv_bfloat16 lo = silu_times(__ushort_as_bfloat16(uint16_t(gw)), __ushort_as_bfloat16(uint16_t(uw)));
+                const __nv_bfloat16 hi = silu_times(__ushort_as_bfloat16(uint16_t(gw >> 16)), __ushort_as_bfloat16(uint16_t(uw >> 16)));
+                const uint32_t w = uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+                if (q == 0) o.x = w; else if (q == 1) o.y = w; else if (q == 2) o.z = w; else o.w = w;
+            }
+            __nv_bfloat16* dst = p.out + size_t(tok) * p.ld_out + f;
+            if (vec && f + 8 <= p.n_ff) {
+                *reinterpret_cast<uint4*>(dst) = o;
+            } else {
+                uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+                for (int q = 0; q < 8; ++q)
+                    if (f + q < p.n_ff) d16[q] = uint16_t(word_of(o, q >> 1) >> (16 * (q & 1)));
+            }
+        }
+        return;
+    }
+    const int f_cta = tile0 * 16;
 #pragma unroll 4
     for (int piece = threadIdx.x; piece < TOK * TILES * 2; piece += THREADS) {
         const int r = piece / (TILES * 2), f = f_cta + 8 * (piece % (TILES * 2)), tok = tok0 + r;
@@ -376,9 +411,17 @@ size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes) {
     return ws_bytes / row;
 }
 
-void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out, int64_t ld_out,
-                                     void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override) {
-    TETRA_CHECK(m > 0 && w.n > 0 && w.k > 0 && w.k % 16 == 0 && ld_out >= w.n && w.k < INT32_MAX / 2,
+namespace {
+
+template <int TOK, bool SILU> void set_smem_attr() {
+    CUDA_CHECK(cudaFuncSetAttribute(w4a16_wgmma_kernel<TOK, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    wg_tile<TOK>::SMEM_BYTES));
+}
+
+// n_ff > 0: matmul_silu (out [m, n_ff], ld_out = n_ff).
+void wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out, int64_t ld_out, int64_t n_ff, void* ws,
+                  size_t ws_bytes, cudaStream_t s, int tokens_override) {
+    TETRA_CHECK(m > 0 && w.n > 0 && w.k > 0 && w.k % 16 == 0 && ld_out >= (n_ff > 0 ? n_ff : w.n) && w.k < INT32_MAX / 2,
                 "matmul_nvfp4_w4a16_wgmma: x [%lld, %lld], weight [%lld, %lld], ld_out %lld", (long long)m,
                 (long long)w.k, (long long)w.n, (long long)w.k, (long long)ld_out);
     const int64_t k64 = (w.k + 63) / 64 * 64;
@@ -391,12 +434,10 @@ void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_
     p.n = int(w.n), p.ld_out = int(ld_out);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
     p.alpha = w.scale_global * 256.0f;
+    p.n_ff = int(n_ff);
     static std::once_flag attr_once;  // the attribute is per function; every device the same
     std::call_once(attr_once, [] {
-        CUDA_CHECK(cudaFuncSetAttribute(w4a16_wgmma_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        wg_tile<256>::SMEM_BYTES));
-        CUDA_CHECK(cudaFuncSetAttribute(w4a16_wgmma_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        wg_tile<128>::SMEM_BYTES));
+        set_smem_attr<256, false>(), set_smem_attr<128, false>(), set_smem_attr<256, true>(), set_smem_attr<128, true>();
     });
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -423,11 +464,32 @@ void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_
                     int(r), (long long)rows, (long long)k64);
         p.m = int(rows);
         p.out = static_cast<__nv_bfloat16*>(out) + r0 * ld_out;
-        const dim3 grid(unsigned((rows + tok - 1) / tok), unsigned((d.n_tiles + TILES - 1) / TILES));
-        if (tok == 256) w4a16_wgmma_kernel<256><<<grid, THREADS, wg_tile<256>::SMEM_BYTES, s>>>(map, p);
-        else w4a16_wgmma_kernel<128><<<grid, THREADS, wg_tile<128>::SMEM_BYTES, s>>>(map, p);
+        const int64_t groups = n_ff > 0 ? (n_ff + 63) / 64 : (d.n_tiles + TILES - 1) / TILES;
+        const dim3 grid(unsigned((rows + tok - 1) / tok), unsigned(groups));
+        if (n_ff > 0) {
+            if (tok == 256) w4a16_wgmma_kernel<256, true><<<grid, THREADS, wg_tile<256>::SMEM_BYTES, s>>>(map, p);
+            else w4a16_wgmma_kernel<128, true><<<grid, THREADS, wg_tile<128>::SMEM_BYTES, s>>>(map, p);
+        } else {
+            if (tok == 256) w4a16_wgmma_kernel<256, false><<<grid, THREADS, wg_tile<256>::SMEM_BYTES, s>>>(map, p);
+            else w4a16_wgmma_kernel<128, false><<<grid, THREADS, wg_tile<128>::SMEM_BYTES, s>>>(map, p);
+        }
         CUDA_CHECK(cudaGetLastError());
     }
+}
+
+}  // namespace
+
+void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out, int64_t ld_out,
+                                     void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override) {
+    wgmma_launch(x, m, w, out, ld_out, 0, ws, ws_bytes, s, tokens_override);
+}
+
+void matmul_silu_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, int64_t n_ff, void* out,
+                                          void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override) {
+    TETRA_CHECK(n_ff > 0 && n_ff % 16 == 0 && w.n == 2 * n_ff,
+                "matmul_silu_nvfp4_w4a16_wgmma: weight of %lld rows is not a stacked [gate; up] of n_ff = %lld (a multiple of 16)",
+                (long long)w.n, (long long)n_ff);
+    wgmma_launch(x, m, w, out, n_ff, n_ff, ws, ws_bytes, s, tokens_override);
 }
 
 }  // namespace cuda

@@ -607,6 +607,46 @@ TEST(matmul_w4a16_wgmma, rows_independent_of_batch_and_deterministic) {
     expect_close(std::vector<uint16_t>(out.begin() + 255 * hw.n, out.begin() + 257 * hw.n), ref, mag, hw.k, "4096x4096 rows 255, 256");
 }
 
+// matmul_silu on the wgmma kernel (gate and up tiles of one 64-feature group in one CTA, silu in the
+// epilogue): the plain kernel's gu through silu_times on the host (≤ 1 bf16 ulp where the host's
+// expf differs, ≤ 0.1 % of elements, as for the small-M form), both token tiles the same bits,
+// n_ff not a multiple of 64 (a partial last group) and k not a multiple of 64.
+TEST(matmul_w4a16_wgmma, silu_equals_two_step) {
+    if (!wgmma_runs_here()) return;
+    uint32_t seed = 950;
+    const shape shapes[] = {{16, 80}, {48, 4112}, {80, 1040}, {1040, 576}};  // n_ff, k
+    for (const shape& s : shapes) {
+        host_weight hw = random_weight(2 * s.n, s.k, seed++);
+        dev_weight dw(hw, 300);
+        for (int64_t m : {65, 300}) {
+            std::string what = "n_ff=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m);
+            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
+            std::vector<uint16_t> want = host_silu(run_wgmma(dw, x, m), m, s.n);
+            const size_t row_bytes = size_t((s.k + 63) / 64 * 64) * 2;
+            std::vector<uint16_t> got[2];
+            for (int i = 0; i < 2; ++i) {
+                dbuf ws(row_bytes * size_t(m));
+                got[i] = run_guarded(x, m, s.n, cuda::w4a16_sm80_workspace{},
+                                     [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace&) {
+                                         cuda::matmul_silu_nvfp4_w4a16_wgmma_launch(dx, m, dw.w, s.n, out, ws.p, ws.bytes, 0,
+                                                                                    i == 0 ? 256 : 128);
+                                     });
+            }
+            EXPECT_EQ(got[0], got[1]) << what << ": 128- and 256-token tiles differ";
+            ASSERT_EQ(got[0].size(), want.size());
+            size_t differ = 0;
+            for (size_t i = 0; i < want.size(); ++i) {
+                if (got[0][i] == want[i]) continue;
+                ++differ;
+                const float a = bf16_to_f32(got[0][i]), b = bf16_to_f32(want[i]);
+                const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(a), std::fabs(b))) - 7);
+                EXPECT_LE(std::fabs(a - b), ulp) << what << ": element " << i << " " << a << " vs " << b;
+            }
+            EXPECT_LE(differ * 1000, want.size() + 999) << what << ": " << differ << " elements differ";
+        }
+    }
+}
+
 TEST(matmul_dense_bf16, cublaslt_matches_oracle) {
     struct cse { int64_t m, n, k; };
     uint32_t seed = 100;
@@ -686,8 +726,8 @@ TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
     }
 }
 
-// Through the backend: matmul_silu selects the fused kernel for m ≤ 16 and the two-step kernel
-// beyond (selection only: that kernel is matmul + silu_mul_gate_up itself); on a shape where the
+// Through the backend: matmul_silu selects the fused kernel for m ≤ 16, the fused wgmma kernel for
+// 64 < m ≤ 2048 on an sm_90a image, and the two-step kernel otherwise (selection only: that kernel is matmul + silu_mul_gate_up itself); on a shape where the
 // plain matmul runs version 1 (asserted), the fused result equals backend::matmul +
 // silu_mul_gate_up on the GPU bit for bit (same rounding, same silu_times).
 TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
@@ -701,7 +741,7 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
     lw.codes = tensor::view(dtype::U8, {hw.n, hw.k / 2}, hw.codes.data());
     lw.scales = tensor::view(dtype::E4M3, {hw.n, hw.k / 16}, hw.scales.data());
     linear_weight dw = be->prepare_linear(lw);
-    for (int64_t m : {1, 5, 16, 17, 64, 130}) {
+    for (int64_t m : {1, 5, 16, 17, 64, 130, 300}) {
         std::vector<uint16_t> x = random_bf16(m * k, 40 + uint32_t(m));
         tensor xd = be->upload(tensor::view(dtype::BF16, {m, k}, x.data()));
         tensor gu = be->alloc(dtype::BF16, {m, 2 * n_ff}), a = be->alloc(dtype::BF16, {m, n_ff}),
@@ -711,9 +751,12 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
         args.mm.act = dtype::BF16, args.mm.align = 256, args.mm.x = xd, args.mm.out = gu, args.mm.w = &dw;
         args.mm.m = m, args.mm.n = 2 * n_ff, args.mm.k = k;
         std::string sel = kernel_registry::instance().select("matmul_silu", be->device(), args).name;
-        EXPECT_EQ(sel, m <= cuda::W4A16_SILU_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80" : "matmul_silu_two_step_cuda")
+        const bool wgmma = (be->device().features & FEAT_WGMMA) != 0 && m > cuda::W4A16_SM80_SMALL_M_MAX;
+        EXPECT_EQ(sel, m <= cuda::W4A16_SILU_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80"
+                       : wgmma                     ? "matmul_silu_nvfp4_w4a16_wgmma_sm90"
+                                                   : "matmul_silu_two_step_cuda")
             << "m=" << m;
-        if (m > cuda::W4A16_SILU_M_MAX) continue;
+        if (sel == "matmul_silu_two_step_cuda") continue;  // that kernel is the two steps themselves
         be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
         be->matmul(xd, dw, gu, matmul_mode::W4A16);
         be->silu_mul_gate_up(gu, b);
