@@ -5,6 +5,8 @@
 //   matmul_nvfp4_w4a16_sm80: W4A16 NVFP4 on a re-laid weight (w4a16_sm80_pack) — mma.sync bf16
 //     small-M kernel (M ≤ 64) and, for larger M, dequant-to-bf16 tiles + cuBLASLt.
 //   matmul_nvfp4_w4a16_gemv_sm80: decode (m ≤ 8) stream-K kernel on the same re-laid weight.
+//   matmul_nvfp4_w4a16_wgmma_sm90: large M on sm_90a, the weight decoded in registers as wgmma's A
+//     operand (no bf16 copy), x by TMA in the packed k order; also matmul_silu (gate/up + silu).
 //   matmul_dense_bf16: cuBLASLt bf16 GEMM (lm_head, dense layers).
 #pragma once
 #include <cuda_runtime_api.h>
