@@ -131,6 +131,9 @@ void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_
 // kernel's plain form followed by silu_mul_gate_up.
 void matmul_silu_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, int64_t n_ff, void* out,
                                           void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override = 0);
+// The workspace of one pass over m rows of x [m, k] (k rounded up to 64, bf16), and the rows a
+// workspace of ws_bytes holds.
+size_t w4a16_wgmma_workspace_bytes(int64_t m, int64_t k);
 size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes);
 // The token tile the launcher takes for m rows of an [n, k] weight on sm_count SMs: 256 (one CTA
 // per SM) unless 128 (two per SM) spreads the CTAs more evenly.

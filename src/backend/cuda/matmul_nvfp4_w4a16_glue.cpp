@@ -141,16 +141,27 @@ void launch_w4a16_sm80(backend& be, const matmul_args& a) {
 
 // matmul_silu on the small-M kernel (version 1 with the gate/up pairing, silu in the epilogue):
 // W4A16 on the packed stacked weight, m ≤ 16, n_ff a multiple of 16 (the up half starts on a tile).
-std::string accepts_silu_w4a16_sm80(const matmul_silu_args& a) {
+// What every fused matmul_silu form on the packed weight needs: W4A16, the form's own conditions on
+// the stacked matmul (`form`: its plain kernel's accepts() and m range), n_ff a multiple of 16 (the
+// up half starts on a tile), a bf16 out.
+std::string accepts_silu_packed(const matmul_silu_args& a, std::string (*form)(const matmul_silu_args&)) {
     if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
-    std::string why = accepts_w4a16_sm80(a.mm);
+    std::string why = form(a);
     if (!why.empty()) return why;
-    if (a.mm.m > W4A16_SILU_M_MAX)
-        return "m = " + std::to_string(a.mm.m) + " > " + std::to_string(W4A16_SILU_M_MAX) +
-               " (the two-step kernel: on an H100 the fused form was slower at m = 64)";
     if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
     if (a.out.type != dtype::BF16) return "needs a bf16 out";
     return "";
+}
+
+std::string accepts_silu_w4a16_sm80(const matmul_silu_args& a) {
+    return accepts_silu_packed(a, [](const matmul_silu_args& b) -> std::string {
+        std::string why = accepts_w4a16_sm80(b.mm);
+        if (!why.empty()) return why;
+        if (b.mm.m > W4A16_SILU_M_MAX)
+            return "m = " + std::to_string(b.mm.m) + " > " + std::to_string(W4A16_SILU_M_MAX) +
+                   " (the two-step kernel: on an H100 the fused form was slower at m = 64)";
+        return "";
+    });
 }
 
 void launch_silu_w4a16_sm80(backend& be, const matmul_silu_args& a) {
@@ -206,26 +217,21 @@ std::string accepts_w4a16_wgmma(const matmul_args& a) {
 void launch_w4a16_wgmma(backend& be, const matmul_args& a) {
     cudaStream_t s = stream_of(be);
     w4a16_sm80_workspace need;
-    need.dequant_bytes = size_t(a.m) * size_t((a.k + 63) / 64 * 64) * 2;  // x in the packed k order
+    need.dequant_bytes = w4a16_wgmma_workspace_bytes(a.m, a.k);  // x in the packed k order
     const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
     matmul_nvfp4_w4a16_wgmma_launch(a.x.data, a.m, device_weight(*a.w, a.n, a.k), a.out.data, a.n, ws.dequant,
                                     ws.dequant_bytes, s);
 }
 
-// matmul_silu on the fused large-M kernel: W4A16, the same m range, n_ff a multiple of 16.
+// matmul_silu on the fused large-M kernel: the plain kernel's conditions and m range.
 std::string accepts_silu_w4a16_wgmma(const matmul_silu_args& a) {
-    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
-    std::string why = accepts_w4a16_wgmma(a.mm);
-    if (!why.empty()) return why;
-    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
-    if (a.out.type != dtype::BF16) return "needs a bf16 out";
-    return "";
+    return accepts_silu_packed(a, [](const matmul_silu_args& b) { return accepts_w4a16_wgmma(b.mm); });
 }
 
 void launch_silu_w4a16_wgmma(backend& be, const matmul_silu_args& a) {
     cudaStream_t s = stream_of(be);
     w4a16_sm80_workspace need;
-    need.dequant_bytes = size_t(a.mm.m) * size_t((a.mm.k + 63) / 64 * 64) * 2;  // x in the packed k order
+    need.dequant_bytes = w4a16_wgmma_workspace_bytes(a.mm.m, a.mm.k);  // x in the packed k order
     const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
     matmul_silu_nvfp4_w4a16_wgmma_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.n_ff,
                                          a.out.data, ws.dequant, ws.dequant_bytes, s);

@@ -406,10 +406,9 @@ int w4a16_wgmma_tokens(int64_t m, int64_t n, int sm_count) {
     return balance(256) >= 0.9 || balance(256) >= balance(128) ? 256 : 128;
 }
 
-size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes) {
-    const size_t row = size_t((k + 63) / 64 * 64) * 2;
-    return ws_bytes / row;
-}
+size_t w4a16_wgmma_workspace_bytes(int64_t m, int64_t k) { return size_t(m) * size_t((k + 63) / 64 * 64) * 2; }
+
+size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes) { return ws_bytes / w4a16_wgmma_workspace_bytes(1, k); }
 
 namespace {
 

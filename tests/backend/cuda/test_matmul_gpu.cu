@@ -552,15 +552,14 @@ bool wgmma_runs_here() {
 // tokens: the token tile (128 or 256; 0 = the launcher's choice).
 std::vector<uint16_t> run_wgmma(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m, int64_t ws_rows = 0,
                                 int tokens = 0) {
-    const size_t row_bytes = size_t((dw.w.k + 63) / 64 * 64) * 2;
-    dbuf ws(row_bytes * size_t(ws_rows ? ws_rows : m));
+    dbuf ws(cuda::w4a16_wgmma_workspace_bytes(ws_rows ? ws_rows : m, dw.w.k));
     return run_guarded(x, m, dw.w.n, cuda::w4a16_sm80_workspace{}, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace&) {
         cuda::matmul_nvfp4_w4a16_wgmma_launch(dx, m, dw.w, out, dw.w.n, ws.p, ws.bytes, 0, tokens);
     });
 }
 
-// Odd shapes (n not a multiple of the CTA's 256 rows or of 16, k not a multiple of 64), m across
-// the 128-row token tiles, NaN weights and activations: the oracle's tolerance (f32 sums in another
+// Odd shapes (n not a multiple of the CTA's 128 rows or of 16, k not a multiple of 64), m across
+// the 128- and 256-token tiles, both tiles, NaN weights and activations: the oracle's tolerance (f32 sums in another
 // order, one bf16 rounding).
 TEST(matmul_w4a16_wgmma, matches_oracle_odd_shapes_and_nan) {
     if (!wgmma_runs_here()) return;
@@ -622,10 +621,9 @@ TEST(matmul_w4a16_wgmma, silu_equals_two_step) {
             std::string what = "n_ff=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(m);
             std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
             std::vector<uint16_t> want = host_silu(run_wgmma(dw, x, m), m, s.n);
-            const size_t row_bytes = size_t((s.k + 63) / 64 * 64) * 2;
             std::vector<uint16_t> got[2];
             for (int i = 0; i < 2; ++i) {
-                dbuf ws(row_bytes * size_t(m));
+                dbuf ws(cuda::w4a16_wgmma_workspace_bytes(m, s.k));
                 got[i] = run_guarded(x, m, s.n, cuda::w4a16_sm80_workspace{},
                                      [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace&) {
                                          cuda::matmul_silu_nvfp4_w4a16_wgmma_launch(dx, m, dw.w, s.n, out, ws.p, ws.bytes, 0,
@@ -727,9 +725,10 @@ TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
 }
 
 // Through the backend: matmul_silu selects the fused kernel for m ≤ 16, the fused wgmma kernel for
-// 64 < m ≤ 2048 on an sm_90a image, and the two-step kernel otherwise (selection only: that kernel is matmul + silu_mul_gate_up itself); on a shape where the
-// plain matmul runs version 1 (asserted), the fused result equals backend::matmul +
-// silu_mul_gate_up on the GPU bit for bit (same rounding, same silu_times).
+// 64 < m ≤ 2048 on an sm_90a image, and the two-step kernel otherwise (selection only: that kernel
+// is matmul + silu_mul_gate_up itself); on a shape where the plain matmul runs version 1 (asserted),
+// each fused result equals backend::matmul + silu_mul_gate_up on the GPU bit for bit (same
+// rounding, same silu_times).
 TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
     ASSERT_GT(cuda_device_count(), 0);
     std::unique_ptr<backend> be = make_cuda_backend(0);
@@ -818,8 +817,8 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         oracle(x, m, wdf, hw.n, hw.k, ref, mag);
         expect_close(got, ref, mag, hw.k, ("backend dense m=" + std::to_string(m)).c_str());
     }
-    // the fused wgmma kernel: chosen for a large m whose grid fills its waves where the image has
-    // wgmma (sm_90a on an H100), refused with the reason elsewhere; its result through the backend
+    // the fused wgmma kernel: chosen for 64 < m ≤ 2048 where the image has wgmma (sm_90a on an
+    // H100), refused with the reason elsewhere and past m = 2048; its result through the backend
     {
         const int64_t n2 = 128 * int64_t(be->device().sm_count), k2 = 208, m2 = 200;
         host_weight hw2 = random_weight(n2, k2, 23);
