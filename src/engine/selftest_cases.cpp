@@ -1,8 +1,7 @@
 // The self-test's op cases (selftest_cases.h): for each op the model's forward runs, fixed-seed inputs
 // at the model's real feature sizes (norm weights, linears' real rows, the vocabulary), rebuilt on
-// every run so the device kernel and the CPU oracle see identical bytes; matmul cases probe the
-// kernel selection at M in {1, 2, 3, 4, 8, 16, 64, 1024, max_tokens} (1024: the prefill chunks below
-// a larger max_tokens, e.g. the fused large-M W4A16 kernel's range on sm_90a).
+// every run so the device kernel and the CPU oracle see identical bytes; matmul and matmul_silu
+// cases probe the kernel selection at M in {1, 2, 3, 4, 8, 16, 64, 1024, max_tokens} (probe_ms).
 #include "engine/selftest_cases.h"
 
 #include <algorithm>
@@ -370,6 +369,27 @@ struct case_builder {
 };
 
 // The mode a case runs lw in: dense for a dense weight; AUTO → W4A4 with an input scale, else W4A16.
+// The M values of a matmul-like case. Probes (where the kernel choice is looked up): 1, 2, 3, 4, 8,
+// 16, 64 up to max_tokens, then 1024 (the prefill chunks below a larger max_tokens: e.g. the fused
+// large-M W4A16 kernels' range on sm_90a) and max_tokens when they are above 64. Test sizes (a
+// kernel is tested at the first it accepts), each M once, ascending: m_small, 16, 64, 1024 and
+// max_tokens up to max_tokens, each with n_small rows and with all n rows.
+std::vector<int64_t> probe_ms(int64_t max_tokens) {
+    std::vector<int64_t> ms;
+    for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
+        if (m <= max_tokens) ms.push_back(m);
+    if (max_tokens > 1024) ms.push_back(1024);
+    if (max_tokens > 64) ms.push_back(max_tokens);
+    return ms;
+}
+
+std::vector<std::pair<int64_t, int64_t>> test_sizes(int64_t max_tokens, int64_t m_small, int64_t n_small, int64_t n) {
+    std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, n}};
+    for (int64_t m : {int64_t(16), int64_t(64), int64_t(1024), max_tokens})
+        if (m <= max_tokens && m > sizes.back().first) sizes.push_back({m, n_small}), sizes.push_back({m, n});
+    return sizes;
+}
+
 matmul_mode case_mode(const linear_weight& lw, matmul_mode mode) {
     if (lw.kind == linear_kind::DENSE) return matmul_mode::DENSE;
     if (mode == matmul_mode::AUTO) return lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;
@@ -440,10 +460,7 @@ void case_builder::matmul_cases() {
         std::string where = cl.il >= 0 ? strfmt("%s layer %d", cl.name.c_str(), cl.il) : cl.name;
         // Test sizes: (M, N) from small to the real shape; a kernel is tested at the first it accepts.
         int64_t n_small = std::min<int64_t>(lw.n_out, 64), m_small = std::min<int64_t>(3, max_tokens);
-        std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, lw.n_out}};
-        for (int64_t m : {int64_t(16), int64_t(64), int64_t(1024), max_tokens})
-            if (m <= max_tokens && m > m_small && (m != 1024 || max_tokens > 1024))
-                sizes.push_back({m, n_small}), sizes.push_back({m, lw.n_out});
+        std::vector<std::pair<int64_t, int64_t>> sizes = test_sizes(max_tokens, m_small, n_small, lw.n_out);
         k.n_sizes = int(sizes.size());
         for (auto& s : sizes)
             k.size_strs.push_back(strfmt("%s (%s rows [0, %lld)): M=%lld N=%lld K=%lld %s", op.c_str(), where.c_str(),
@@ -478,10 +495,7 @@ void case_builder::matmul_cases() {
             g.align = ptr_align({pw.kind == linear_kind::DENSE ? &pw.dense : &pw.codes});
             select(g);
         };
-        for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
-            if (m <= max_tokens) k.probe_m.push_back(m);
-        if (max_tokens > 1024) k.probe_m.push_back(1024);
-        if (max_tokens > 64) k.probe_m.push_back(max_tokens);
+        k.probe_m = probe_ms(max_tokens);
         cases.push_back(k);
     }
     for (auto& kv : names) {
@@ -744,9 +758,7 @@ void case_builder::matmul_silu_case() {
     k.classes = "mlp.gate_proj + mlp.up_proj";
     k.tol = tolerance(op, act);
     int64_t n_small = std::min<int64_t>(n_ff, 32), m_small = std::min<int64_t>(3, max_tokens);
-    std::vector<std::pair<int64_t, int64_t>> sizes = {{m_small, n_small}, {m_small, n_ff}};
-    for (int64_t m : {int64_t(16), int64_t(64), max_tokens})
-        if (m <= max_tokens && m > m_small) sizes.push_back({m, n_small}), sizes.push_back({m, n_ff});
+    std::vector<std::pair<int64_t, int64_t>> sizes = test_sizes(max_tokens, m_small, n_small, n_ff);
     k.n_sizes = int(sizes.size());
     for (auto& sz : sizes)
         k.size_strs.push_back(strfmt("matmul_silu (layer %d gate/up rows [0, %lld)): M=%lld n_ff=%lld K=%lld %s", il,
@@ -785,9 +797,7 @@ void case_builder::matmul_silu_case() {
         r.mm.align = r.align = ptr_align({pw.kind == linear_kind::DENSE ? &pw.dense : &pw.codes});
         select(r);
     };
-    for (int64_t m : {1, 2, 3, 4, 8, 16, 64})
-        if (m <= max_tokens) k.probe_m.push_back(m);
-    if (max_tokens > 64) k.probe_m.push_back(max_tokens);
+    k.probe_m = probe_ms(max_tokens);
     cases.push_back(k);
 }
 
