@@ -5,6 +5,7 @@
 // own f32 online softmax, and the CTA merges its subgroups in shared memory in fixed order.
 #pragma once
 #include "backend/cuda/attention_device.cuh"
+#include "core/env.h"
 
 namespace tetra {
 namespace cuda {
@@ -317,6 +318,111 @@ inline std::string dv2_accepts_common(const attention_args& a) {
         if (reinterpret_cast<uintptr_t>(t.first->data) % 16 != 0)
             return strfmt("decode kernel: %s is not 16-byte aligned", t.second);
     return "";
+}
+
+// ---- the split plan and the merge kernel (attention_decode_v2_sm80, attention_decode_mma_sm80) --
+
+// Host: the split plan of a split + merge decode launch into p.split_len / p.n_splits, and the
+// partials' scratch when there is more than one split. About 2 CTAs per SM over base = n_seqs ·
+// n_head_kv · head_splits groups, at most 128 splits, keys per split at least
+// TETRA_ATTN_SPLIT_KEYS rounded up to a multiple of `step` (the kernel's keys per loop step).
+// Short splits buy parallelism for long contexts but each CTA pays a fixed latency (q, block
+// table, partial write) and the merge reads every split.
+inline void dv2_plan_splits(backend& be, const attention_args& a, dv2_params& p, int64_t n_tokens, int step) {
+    int64_t base = int64_t(a.meta.n_seqs) * p.n_head_kv * p.head_splits;
+    int64_t want = (2 * int64_t(be.device().sm_count) + base - 1) / base;
+    int64_t max_kv = a.meta.max_seqlen_kv > 0 ? a.meta.max_seqlen_kv : 1;
+    static const int64_t split_keys = [] {
+        int64_t v = env_int("TETRA_ATTN_SPLIT_KEYS", 16);
+        TETRA_CHECK(v >= 1 && v <= 1 << 20, "TETRA_ATTN_SPLIT_KEYS=%lld: expected an integer in [1, 1048576]", (long long)v);
+        return v;
+    }();
+    int64_t min_len = std::max<int64_t>(1, (split_keys + step - 1) / step) * step;
+    int64_t most = (max_kv + min_len - 1) / min_len;
+    int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, most, 128}));
+    int64_t len = (max_kv + splits - 1) / splits;
+    len = (len + min_len - 1) / min_len * min_len;
+    p.split_len = int(len);
+    p.n_splits = int((max_kv + len - 1) / len);
+    if (p.n_splits > 1) {
+        int64_t rows = n_tokens * p.n_head;
+        size_t o_bytes = size_t(rows) * p.n_splits * p.head_dim * sizeof(float);
+        char* ws = static_cast<char*>(scratch(be, o_bytes + size_t(rows) * p.n_splits * sizeof(float)));
+        p.part_o = reinterpret_cast<float*>(ws);
+        p.part_lse = reinterpret_cast<float*>(ws + o_bytes);
+    }
+}
+
+constexpr int k_dv2_merge_pre = 16;  // partials per lane the merge loads before its weights
+
+// One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
+// lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads. The
+// first k_dv2_merge_pre partials are loaded with the lse values (one round trip instead of two:
+// skipped splits' stale values are never used), the splits' weights are computed in parallel into
+// shared memory (n_splits ≤ 128), and the in-order sum adds the partials in split order.
+template <class T>
+__global__ void attention_decode_v2_merge_kernel(dv2_params p) {
+    __shared__ float s_w[128];    // e^(lse_i − max); 0 for a skipped split
+    __shared__ int s_use[128];    // split i holds keys for the row and its lse is finite
+    __shared__ float s_red[32];
+    __shared__ int s_nan;
+    pdl_wait();
+    pdl_trigger();
+    const int64_t row = blockIdx.x;
+    const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
+    const float* lse = p.part_lse + row * p.n_splits;
+    const float* po = p.part_o + row * p.n_splits * D + d;
+    float pre[k_dv2_merge_pre];
+#pragma unroll
+    for (int i = 0; i < k_dv2_merge_pre; ++i) pre[i] = d < D && i < p.n_splits ? po[int64_t(i) * D] : 0.0f;
+    if (threadIdx.x == 0) s_nan = 0;
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) {
+        int lo, hi;
+        dv2_split_range(p, pos, i, lo, hi);
+        float l = lo <= hi ? lse[i] : -INFINITY;
+        s_w[i] = l;
+        s_use[i] = lo <= hi && l != -INFINITY;
+        if (l != l) s_nan = 1;  // benign race: every writer stores 1
+        else mx = fmaxf(mx, l);
+    }
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_red[w]);
+    const bool nan = s_nan != 0;
+    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) s_w[i] = s_use[i] ? expf(s_w[i] - mx) : 0.0f;
+    __syncthreads();
+    if (d >= D) return;
+    float num = 0.0f, den = 0.0f;
+    if (!nan && mx != -INFINITY) {
+#pragma unroll
+        for (int i = 0; i < k_dv2_merge_pre; ++i) {
+            if (i >= p.n_splits || !s_use[i]) continue;
+            const float w = s_w[i];
+            num += w * pre[i];
+            den += w;
+        }
+#pragma unroll 4
+        for (int i = k_dv2_merge_pre; i < p.n_splits; ++i) {
+            if (!s_use[i]) continue;
+            const float w = s_w[i];
+            num += w * po[int64_t(i) * D];
+            den += w;
+        }
+    }
+    float o = nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num / den : 0.0f;
+    static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
+}
+
+// Host: the merge kernel after a split launch with p.n_splits > 1 (nothing with one split).
+template <class T>
+void dv2_launch_merge(backend& be, const dv2_params& p, int64_t n_tokens) {
+    if (p.n_splits <= 1) return;
+    int threads = (p.head_dim + 31) / 32 * 32;
+    launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(n_tokens * p.n_head)), dim3(threads), 0, p);
 }
 
 }  // namespace cuda

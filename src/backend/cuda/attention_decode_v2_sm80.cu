@@ -6,7 +6,6 @@
 // on sm_90 instead (no merge kernel). (A merge by the last CTA of each group measured slower and
 // was removed: docs/cuda-backend.md.)
 #include "backend/cuda/attention_decode_v2.cuh"
-#include "core/env.h"
 
 namespace tetra {
 namespace cuda {
@@ -54,105 +53,14 @@ __global__ void __launch_bounds__(k_dv2_threads) attention_decode_v2_kernel(dv2_
     if (lo <= hi || p.n_splits == 1) dv2_split_body<T, HG>(p, s, t, split, kvh, head0, nh, lo, hi);
 }
 
-constexpr int k_dv2_merge_pre = 16;  // partials per lane the merge loads before its weights
-
-// One block per (token, head) row: the splits that hold keys for the row, in split order. A NaN
-// lse (NaN score) makes the row NaN, as in the oracle. block: 32·ceil(head_dim/32) threads. The
-// first k_dv2_merge_pre partials are loaded with the lse values (one round trip instead of two:
-// skipped splits' stale values are never used), the splits' weights are computed in parallel into
-// shared memory (n_splits ≤ 128), and the in-order sum adds the partials in split order.
-template <class T>
-__global__ void attention_decode_v2_merge_kernel(dv2_params p) {
-    __shared__ float s_w[128];    // e^(lse_i − max); 0 for a skipped split
-    __shared__ int s_use[128];    // split i holds keys for the row and its lse is finite
-    __shared__ float s_red[32];
-    __shared__ int s_nan;
-    pdl_wait();
-    pdl_trigger();
-    const int64_t row = blockIdx.x;
-    const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
-    const float* lse = p.part_lse + row * p.n_splits;
-    const float* po = p.part_o + row * p.n_splits * D + d;
-    float pre[k_dv2_merge_pre];
-#pragma unroll
-    for (int i = 0; i < k_dv2_merge_pre; ++i) pre[i] = d < D && i < p.n_splits ? po[int64_t(i) * D] : 0.0f;
-    if (threadIdx.x == 0) s_nan = 0;
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) {
-        int lo, hi;
-        dv2_split_range(p, pos, i, lo, hi);
-        float l = lo <= hi ? lse[i] : -INFINITY;
-        s_w[i] = l;
-        s_use[i] = lo <= hi && l != -INFINITY;
-        if (l != l) s_nan = 1;  // benign race: every writer stores 1
-        else mx = fmaxf(mx, l);
-    }
-    mx = warp_max(mx);
-    if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    mx = -INFINITY;
-    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_red[w]);
-    const bool nan = s_nan != 0;
-    for (int i = threadIdx.x; i < p.n_splits; i += blockDim.x) s_w[i] = s_use[i] ? expf(s_w[i] - mx) : 0.0f;
-    __syncthreads();
-    if (d >= D) return;
-    float num = 0.0f, den = 0.0f;
-    if (!nan && mx != -INFINITY) {
-#pragma unroll
-        for (int i = 0; i < k_dv2_merge_pre; ++i) {
-            if (i >= p.n_splits || !s_use[i]) continue;
-            const float w = s_w[i];
-            num += w * pre[i];
-            den += w;
-        }
-#pragma unroll 4
-        for (int i = k_dv2_merge_pre; i < p.n_splits; ++i) {
-            if (!s_use[i]) continue;
-            const float w = s_w[i];
-            num += w * po[int64_t(i) * D];
-            den += w;
-        }
-    }
-    float o = nan ? __int_as_float(0x7fc00000) : den > 0.0f ? num / den : 0.0f;
-    static_cast<T*>(p.out)[row * D + d] = from_f32<T>(o);
-}
-
 template <class T, int HG>
 void dv2_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_tokens) {
     const int n_sub = k_dv2_threads / p.lanes_per_key;
-    int64_t base = int64_t(a.meta.n_seqs) * p.n_head_kv * p.head_splits;
-    int64_t want = (2 * int64_t(be.device().sm_count) + base - 1) / base;
-    int64_t max_kv = a.meta.max_seqlen_kv > 0 ? a.meta.max_seqlen_kv : 1;
-    // Keys per split: at least TETRA_ATTN_SPLIT_KEYS (rounded up to a step of the key loop, 2 keys
-    // per subgroup). Short splits buy parallelism for long contexts but each CTA pays a fixed
-    // latency (q, block table, partial write) and the merge reads every split.
-    static const int64_t split_keys = [] {
-        int64_t v = env_int("TETRA_ATTN_SPLIT_KEYS", 16);
-        TETRA_CHECK(v >= 1 && v <= 1 << 20, "TETRA_ATTN_SPLIT_KEYS=%lld: expected an integer in [1, 1048576]", (long long)v);
-        return v;
-    }();
-    int64_t min_len = std::max<int64_t>(1, (split_keys + 2 * n_sub - 1) / (2 * n_sub)) * (2 * n_sub);
-    int64_t most = (max_kv + min_len - 1) / min_len;
-    int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, most, 128}));
-    int64_t len = (max_kv + splits - 1) / splits;
-    len = (len + min_len - 1) / min_len * min_len;
-    p.split_len = int(len);
-    p.n_splits = int((max_kv + len - 1) / len);
-    int64_t rows = n_tokens * p.n_head;
-    if (p.n_splits > 1) {
-        size_t o_bytes = size_t(rows) * p.n_splits * p.head_dim * sizeof(float);
-        char* ws = static_cast<char*>(scratch(be, o_bytes + size_t(rows) * p.n_splits * sizeof(float)));
-        p.part_o = reinterpret_cast<float*>(ws);
-        p.part_lse = reinterpret_cast<float*>(ws + o_bytes);
-    }
+    dv2_plan_splits(be, a, p, n_tokens, 2 * n_sub);
     dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
     const size_t smem = dv2_merge_smem_floats(n_sub, HG, p.head_dim) * sizeof(float);
     launch_pdl(be, attention_decode_v2_kernel<T, HG>, grid, dim3(k_dv2_threads), smem, p);
-    if (p.n_splits > 1) {
-        int threads = (p.head_dim + 31) / 32 * 32;
-        launch_pdl(be, attention_decode_v2_merge_kernel<T>, dim3(unsigned(rows)), dim3(threads), 0, p);
-    }
+    dv2_launch_merge<T>(be, p, n_tokens);
 }
 
 void attention_decode_v2_launch(backend& be, const attention_args& a) {

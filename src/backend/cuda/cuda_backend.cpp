@@ -28,6 +28,7 @@ void register_kernels(kernel_registry& r) {
     register_attention_prefill(r);
     register_attention_decode(r);
     register_attention_decode_v2(r);
+    register_attention_decode_mma(r);
     register_attention_decode_cluster(r);
     register_silu_mul(r);
     register_add(r);

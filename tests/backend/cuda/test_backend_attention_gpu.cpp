@@ -90,6 +90,9 @@ TEST(backend_ops_gpu, attention) {
     EXPECT_GE(declined["attention_decode_sm80"], 200);  // batches with several query rows
     EXPECT_GE(ran["attention_decode_v2_sm80"], 200);
     EXPECT_GE(declined["attention_decode_v2_sm80"], 200);  // several query rows, or head_dim 5 (not 16-byte rows)
+    // bf16 / f16 (512 cases): the 5 decode batches × the 3 head shapes with head_dim 64 or 128 run
+    EXPECT_EQ(ran["attention_decode_mma_sm80"], 120);
+    EXPECT_EQ(declined["attention_decode_mma_sm80"], 392);
     if (device_runs("attention", "attention_decode_cluster_sm90"))  // the 16- and 64-row batches
         EXPECT_GE(declined["attention_decode_cluster_sm90"], 400);      // fewer than 64 groups, prefill
 }
@@ -133,6 +136,7 @@ TEST(backend_ops_gpu, attention_decode_batches) {
                     }
     EXPECT_EQ(cases, 160);
     EXPECT_EQ(ran["attention_decode_v2_sm80"], cases);
+    EXPECT_EQ(ran["attention_decode_mma_sm80"], 120);  // the bf16 and f16 cases
     EXPECT_EQ(ran["attention_decode_sm80"], cases);
     EXPECT_EQ(ran["attention_prefill_sm80"], cases);
 }
@@ -196,6 +200,7 @@ TEST(backend_ops_gpu, attention_decode_cluster_plans) {
                     }
     EXPECT_EQ(cases, 350);
     EXPECT_EQ(ran["attention_decode_v2_sm80"], cases);
+    EXPECT_EQ(ran["attention_decode_mma_sm80"], 224);  // bf16 / f16 with head_dim 64 or 128 (not 80)
     if (device_runs("attention", "attention_decode_cluster_sm90")) {
         EXPECT_GE(ran["attention_decode_cluster_sm90"], 230);  // declined: < 64 groups, > 64 keys per CTA
         EXPECT_EQ(ran["attention_decode_cluster_sm90"] + declined["attention_decode_cluster_sm90"], cases);
@@ -222,5 +227,6 @@ TEST(backend_ops_gpu, attention_decode_nan_key) {
                     << "oracle: token " << tok << " head " << h << " window " << window;
     }
     EXPECT_EQ(ran["attention_decode_v2_sm80"], 2);
+    EXPECT_EQ(ran["attention_decode_mma_sm80"], 2);
     if (device_runs("attention", "attention_decode_cluster_sm90")) EXPECT_EQ(ran["attention_decode_cluster_sm90"], 2);
 }

@@ -1,0 +1,334 @@
+// attention_decode_mma_sm80: split-KV paged decode attention on mma.sync (bf16/f16, head_dim 64 or
+// 128), one warp per (key split, kv head · head split, sequence). A warp takes up to 8 query heads
+// of the GQA group (16 for groups > 8) as the A rows of m16n8k16 MMAs and a block of 16 keys as
+// two n8 tiles: S = Q·Kᵀ (head_dim/16 k-steps), an f32 online softmax on the accumulators (rows:
+// a quad of lanes), then O += P·V with P rounded to the activation type as the A operand (the
+// accumulator layout of S is the A layout of P, as in FlashAttention-2) and V as B. The dims of a
+// lane are permuted so that every K, V and q load is 16 contiguous bytes and P·V needs only byte
+// permutes (below). The splits go through attention_decode_v2's merge kernel (same partials).
+//
+// Why (docs/perf.md, session 16): at batch 1 the split + merge decode attention cost ~10 µs per
+// layer, and ncu showed attention_decode_v2's 4-warp CTAs living ~12.5 k cycles while each warp
+// issued ~2.3 k dependent instructions at 5.5 cycles each (one warp per scheduler): the subgroup
+// shuffles, the 8-way subgroup merge in shared memory and integer address math, for 16 keys. Here a
+// split of 16 keys is ~30 MMAs and a few dozen other instructions per warp, and the K/V rows of
+// earlier positions are loaded before the PDL wait (cuda_device.cuh's rule allows it).
+//
+// Numerics: Q·K in f32 from bf16/f16 inputs (exact products), f32 online softmax with expf as the
+// other kernels; P is rounded to bf16/f16 for the P·V MMA (relative error ≤ 2^-9 per weight for
+// bf16; the denominator sums the f32 weights). NaN scores propagate through the sums (a live NaN
+// key makes its rows NaN, as the oracle); keys outside [lo, hi] are never loaded (zeros) and get
+// weight 0.
+//
+// Layout (lane = 4g + t, g = lane / 4, t = lane % 4; D = head_dim):
+//   S tile j (keys 8j .. 8j+7 of the block): B column n = key 8j + n; k-step s covers q/K dims
+//     (D/4)·t + 4s + {0,1} (b0) and + {2,3} (b1): lane (g, t) loads key 8j+g's dims
+//     [(D/4)t, (D/4)(t+1)) — D/2 contiguous bytes — and q rows g, g+8 at the same dims.
+//   P·V tile j (j < D/8): B row k = key k of the block (the S accumulator's key order), column n =
+//     dim (D/8)·n + j: lane (g, t) loads keys 2t, 2t+1, 2t+8, 2t+9 at dims [(D/8)g, (D/8)(g+1)) —
+//     D/4 contiguous bytes each — and builds b0/b1 of tile j with one byte permute each.
+//   O tile j: lane (g, t) holds rows g, g+8 at dims (D/4)t + j and (D/4)t + D/8 + j, i.e. the
+//     D/4 contiguous dims [(D/4)t, (D/4)(t+1)) over all tiles: 16-byte stores.
+#include "backend/cuda/attention_decode_v2.cuh"
+
+namespace tetra {
+namespace cuda {
+
+namespace {
+
+template <class T> struct mma_type;
+template <> struct mma_type<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+    static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+};
+template <> struct mma_type<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+    static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// n 16-byte loads (read-only path) into words w[4n].
+template <int N>
+__device__ __forceinline__ void ld16(const void* src, uint32_t* w) {
+    const uint4* s = static_cast<const uint4*>(src);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        uint4 v = __ldg(s + i);
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+}
+
+// One block of 16 keys of this lane: K words of keys 8j + g (j = 0, 1), V words of keys 2t, 2t+1,
+// 2t+8, 2t+9 (in that order), zeros for keys that are not live.
+template <int D>
+struct mma_block {
+    uint32_t k[2][D / 8];
+    uint32_t v[4][D / 16];
+};
+
+// The paged K/V rows of one (sequence, kv head) for this lane. Fields by value (a pointer to the
+// kernel parameter would make the compiler copy it to local memory).
+template <class T, int D>
+struct mma_ctx {
+    const T* kc;
+    const T* vc;
+    const int32_t* bt;
+    int block_size, n_head_kv, kvh, lo, hi, g, t;
+
+    // Element offset of key j's row (the paged slot); slot0: key j0's slot when a block of 16 keys
+    // from j0 (a multiple of 16) lies in one page (block_size a multiple of 16), else −1.
+    __device__ __forceinline__ int64_t slot_of(int j) const {
+        return int64_t(bt[j / block_size]) * block_size + j % block_size;
+    }
+    __device__ __forceinline__ int64_t slot0_of(int j0) const { return block_size % 16 == 0 ? slot_of(j0) : -1; }
+    __device__ __forceinline__ int64_t row_off(int64_t slot0, int j0, int j) const {
+        const int64_t slot = slot0 >= 0 ? slot0 + (j - j0) : slot_of(j);
+        return (slot * n_head_kv + kvh) * int64_t(D);
+    }
+    // Loads block j0's keys except `skip` (−1: none) into b. Keys outside [lo, hi] are zeros.
+    __device__ __forceinline__ void load(int j0, int skip, mma_block<D>& b) const {
+        const int64_t slot0 = slot0_of(j0);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int key = j0 + 8 * j + g;
+#pragma unroll
+            for (int w = 0; w < D / 8; ++w) b.k[j][w] = 0;
+            if (key >= lo && key <= hi && key != skip) ld16<D / 32>(kc + row_off(slot0, j0, key) + (D / 4) * t, b.k[j]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int key = j0 + 2 * t + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+            for (int w = 0; w < D / 16; ++w) b.v[r][w] = 0;
+            if (key >= lo && key <= hi && key != skip) ld16<D / 64>(vc + row_off(slot0, j0, key) + (D / 8) * g, b.v[r]);
+        }
+    }
+    // Loads only key `key` (live) of block j0 into the lanes that hold it.
+    __device__ __forceinline__ void patch(int j0, int key, mma_block<D>& b) const {
+        const int64_t off = row_off(-1, j0, key);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            if (j0 + 8 * j + g == key) ld16<D / 32>(kc + off + (D / 4) * t, b.k[j]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            if (j0 + 2 * t + (r & 1) + 8 * (r >> 1) == key) ld16<D / 64>(vc + off + (D / 8) * g, b.v[r]);
+    }
+};
+
+// One warp's split: keys [lo, hi] of row tq (sequence s) for query heads head0 .. head0 + nh − 1
+// of kv head kvh; R = 1 (rows g: ≤ 8 heads) or 2 (rows g and g + 8: ≤ 16 heads). Writes the final
+// rows (one split) or the split's partials for the merge kernel.
+template <class T, int D, int R>
+__global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) {
+    using M = mma_type<T>;
+    const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
+    const int s = blockIdx.z, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    // Before pdl_wait(): the step's metadata and the K/V rows of earlier positions only.
+    const int tq = p.cu_seqlens_q[s];
+    const bool has_row = p.cu_seqlens_q[s + 1] > tq;
+    const int pos = has_row ? p.positions[tq] : 0;
+    int lo = 0, hi = -1;
+    if (has_row) dv2_split_range(p, pos, split, lo, hi);
+    const mma_ctx<T, D> c{static_cast<const T*>(p.k_cache), static_cast<const T*>(p.v_cache),
+                          p.block_tables + int64_t(s) * p.max_blocks, p.block_size, p.n_head_kv, kvh, lo, hi, g, t};
+    // Blocks of 16 keys from the split's start (a multiple of 16), the first one that reaches lo.
+    const int base = split * p.split_len;
+    int j0 = base + max(0, lo - base) / 16 * 16;
+    mma_block<D> blk;
+    if (lo <= hi) {
+        // the rest of the split into L2 (the loop loads block by block)
+        constexpr int LINE = 128 / int(sizeof(T)), LINES = (D + LINE - 1) / LINE;
+        for (int i = lane; i < (hi - j0 - 15) * LINES; i += 32) {
+            const int j = j0 + 16 + i / LINES;
+            const int64_t off = c.row_off(-1, j0, j) + (i % LINES) * LINE;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(c.kc + off));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(c.vc + off));
+        }
+        c.load(j0, pos, blk);  // the row at pos is stored by the kernel before: after the wait
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (!has_row) return;                   // no query row in this sequence
+    if (lo > hi && p.n_splits > 1) return;  // a split past the row's keys: the merge skips it
+    const int nh = min(R * 8, p.group - hsplit * R * 8), head0 = kvh * p.group + hsplit * R * 8;
+    uint32_t q[R][D / 8];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int w = 0; w < D / 8; ++w) q[r][w] = 0;
+        const int h = g + 8 * r;
+        if (h < nh) ld16<D / 32>(static_cast<const T*>(p.q) + (int64_t(tq) * p.n_head + head0 + h) * D + (D / 4) * t, q[r]);
+    }
+    if (lo <= hi && pos >= j0 && pos < j0 + 16) c.patch(j0, pos, blk);
+
+    float m[R], l[R], o[D / 8][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+    for (; j0 <= hi; j0 += 16) {
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k)
+                M::mma(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1], R > 1 ? q[R - 1][2 * k + 1] : 0u,
+                       blk.k[j][2 * k], blk.k[j][2 * k + 1]);
+        }
+        // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
+        float pw[2][4];
+        float alpha[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int key = j0 + 8 * j + 2 * t + e;
+                    float v = key >= lo && key <= hi ? sc[j][2 * r + e] * p.scale : -INFINITY;
+                    sc[j][2 * r + e] = v;
+                    mx = fmaxf(mx, v);  // a NaN score is skipped here and propagates through l below
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx);
+            alpha[r] = 1.0f;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float w = 0.0f;
+                    if (m_new != -INFINITY) w = expf(sc[j][2 * r + e] - m_new);  // −inf → 0
+                    pw[j][2 * r + e] = w;
+                    sum += w;
+                }
+            if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
+            l[r] = l[r] * alpha[r] + sum;
+            m[r] = m_new;
+        }
+        if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
+        const uint32_t a0 = M::pack(pw[0][0], pw[0][1]), a1 = M::pack(pw[0][2], pw[0][3]);
+        const uint32_t a2 = M::pack(pw[1][0], pw[1][1]), a3 = M::pack(pw[1][2], pw[1][3]);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+            o[j][2] *= alpha[R - 1], o[j][3] *= alpha[R - 1];
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+            const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
+            const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
+            M::mma(o[j], a0, a1, a2, a3, b0, b1);
+        }
+        if (j0 + 16 <= hi) c.load(j0 + 16, -1, blk);
+    }
+    // The quad's partial denominators, then the rows out.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int h = g + 8 * r;
+        if (h >= nh) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a NaN l makes the row NaN below
+        float v[D / 4];
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
+            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
+        }
+        const int64_t row = int64_t(tq) * p.n_head + head0 + h;
+        if (p.n_splits == 1) {
+            T* dst = static_cast<T*>(p.out) + row * D + (D / 4) * t;
+#pragma unroll
+            for (int i = 0; i < D / 32; ++i) {
+                uint4 u;
+                u.x = M::pack(v[8 * i], v[8 * i + 1]), u.y = M::pack(v[8 * i + 2], v[8 * i + 3]);
+                u.z = M::pack(v[8 * i + 4], v[8 * i + 5]), u.w = M::pack(v[8 * i + 6], v[8 * i + 7]);
+                reinterpret_cast<uint4*>(dst)[i] = u;
+            }
+        } else {
+            float4* dst = reinterpret_cast<float4*>(p.part_o + (row * p.n_splits + split) * D + (D / 4) * t);
+#pragma unroll
+            for (int i = 0; i < D / 16; ++i) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+            if (t == 0)
+                p.part_lse[row * p.n_splits + split] = l[r] != l[r] ? l[r] : l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+    }
+}
+
+// The plan: dv2_plan_splits' splits (16-key steps, ~2 CTAs per SM), one warp per split, and
+// attention_decode_v2's merge kernel when there is more than one. (One CTA per group with the
+// splits merged in shared memory was measured slower and was removed: docs/perf.md, session 16.)
+template <class T, int D, int R>
+void mma_launch(backend& be, const attention_args& a, dv2_params p, int64_t n_tokens) {
+    p.head_splits = (p.group + 8 * R - 1) / (8 * R);
+    dv2_plan_splits(be, a, p, n_tokens, 16);
+    dim3 grid(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
+    launch_pdl(be, attention_decode_mma_kernel<T, D, R>, grid, dim3(32), 0, p);
+    dv2_launch_merge<T>(be, p, n_tokens);
+}
+
+template <class T>
+void mma_dispatch(backend& be, const attention_args& a, int64_t n_tokens) {
+    dv2_params p{};
+    attn_fill_base(a, p);
+    const bool r2 = p.group > 8;
+    if (p.head_dim == 64) r2 ? mma_launch<T, 64, 2>(be, a, p, n_tokens) : mma_launch<T, 64, 1>(be, a, p, n_tokens);
+    else r2 ? mma_launch<T, 128, 2>(be, a, p, n_tokens) : mma_launch<T, 128, 1>(be, a, p, n_tokens);
+}
+
+void attention_decode_mma_launch(backend& be, const attention_args& a) {
+    const int64_t n_tokens = a.q.dim(0);
+    if (n_tokens == 0) return;
+    if (a.act == dtype::BF16) mma_dispatch<__nv_bfloat16>(be, a, n_tokens);
+    else mma_dispatch<__half>(be, a, n_tokens);
+}
+
+std::string attention_decode_mma_accepts(const attention_args& a) {
+    std::string why = dv2_accepts_common(a);
+    if (!why.empty()) return why;
+    const int64_t d = a.q.dim(2);
+    if (d != 64 && d != 128) return strfmt("decode mma kernel: head_dim %lld (needs 64 or 128)", (long long)d);
+    if (reinterpret_cast<uintptr_t>(a.out.data) % 16 != 0) return "decode mma kernel: out is not 16-byte aligned";
+    return "";
+}
+
+}  // namespace
+
+// sm_80: mma.sync m16n8k16 with bf16/f16 operands. Priority 35: above attention_decode_v2_sm80
+// (30), below the cluster kernel (40, decode batches of ≥ 64 groups on sm_90).
+void register_attention_decode_mma(kernel_registry& r) {
+    r.add(make_kernel<attention_args>("attention", "attention_decode_mma_sm80", cuda_req(80, {dtype::BF16, dtype::F16}),
+                                      35, attention_decode_mma_accepts, attention_decode_mma_launch));
+}
+
+}  // namespace cuda
+}  // namespace tetra
