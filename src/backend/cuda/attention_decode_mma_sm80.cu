@@ -29,6 +29,8 @@
 //     D/4 contiguous bytes each — and builds b0/b1 of tile j with one byte permute each.
 //   O tile j: lane (g, t) holds rows g, g+8 at dims (D/4)t + j and (D/4)t + D/8 + j, i.e. the
 //     D/4 contiguous dims [(D/4)t, (D/4)(t+1)) over all tiles: 16-byte stores.
+#include <type_traits>
+
 #include "backend/cuda/attention_decode_v2.cuh"
 
 namespace tetra {
@@ -36,33 +38,32 @@ namespace cuda {
 
 namespace {
 
-template <class T> struct mma_type;
-template <> struct mma_type<__nv_bfloat16> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+// Two floats as one register of T (bf16 or f16) pairs, lo in the low half (round to nearest even).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    } else {
         __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&v);
     }
-    static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
-template <> struct mma_type<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t*>(&v);
-    }
-    static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
+}
+
+// d += A·B, m16n8k16 with T operands and f32 accumulators.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+#define TETRA_MMA_OPERANDS                                                                                 \
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1)
+    if constexpr (std::is_same<T, __half>::value)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
+            "{%0, %1, %2, %3};" TETRA_MMA_OPERANDS);
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};" TETRA_MMA_OPERANDS);
+#undef TETRA_MMA_OPERANDS
+}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
     uint32_t d;
@@ -143,7 +144,6 @@ struct mma_ctx {
 // rows (one split) or the split's partials for the merge kernel.
 template <class T, int D, int R>
 __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) {
-    using M = mma_type<T>;
     const int split = blockIdx.x, kvh = blockIdx.y / p.head_splits, hsplit = blockIdx.y % p.head_splits;
     const int s = blockIdx.z, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
     // Before pdl_wait(): the step's metadata and the K/V rows of earlier positions only.
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
             for (int k = 0; k < D / 16; ++k)
-                M::mma(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1], R > 1 ? q[R - 1][2 * k + 1] : 0u,
+                mma16816<T>(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1], R > 1 ? q[R - 1][2 * k + 1] : 0u,
                        blk.k[j][2 * k], blk.k[j][2 * k + 1]);
         }
         // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
             m[r] = m_new;
         }
         if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
-        const uint32_t a0 = M::pack(pw[0][0], pw[0][1]), a1 = M::pack(pw[0][2], pw[0][3]);
-        const uint32_t a2 = M::pack(pw[1][0], pw[1][1]), a3 = M::pack(pw[1][2], pw[1][3]);
+        const uint32_t a0 = pack2<T>(pw[0][0], pw[0][1]), a1 = pack2<T>(pw[0][2], pw[0][3]);
+        const uint32_t a2 = pack2<T>(pw[1][0], pw[1][1]), a3 = pack2<T>(pw[1][2], pw[1][3]);
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
             o[j][0] *= alpha[0], o[j][1] *= alpha[0];
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
             const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
             const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
             const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
-            M::mma(o[j], a0, a1, a2, a3, b0, b1);
+            mma16816<T>(o[j], a0, a1, a2, a3, b0, b1);
         }
         if (j0 + 16 <= hi) c.load(j0 + 16, -1, blk);
     }
@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
 #pragma unroll
             for (int i = 0; i < D / 32; ++i) {
                 uint4 u;
-                u.x = M::pack(v[8 * i], v[8 * i + 1]), u.y = M::pack(v[8 * i + 2], v[8 * i + 3]);
-                u.z = M::pack(v[8 * i + 4], v[8 * i + 5]), u.w = M::pack(v[8 * i + 6], v[8 * i + 7]);
+                u.x = pack2<T>(v[8 * i], v[8 * i + 1]), u.y = pack2<T>(v[8 * i + 2], v[8 * i + 3]);
+                u.z = pack2<T>(v[8 * i + 4], v[8 * i + 5]), u.w = pack2<T>(v[8 * i + 6], v[8 * i + 7]);
                 reinterpret_cast<uint4*>(dst)[i] = u;
             }
         } else {
