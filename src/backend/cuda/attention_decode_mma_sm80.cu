@@ -139,6 +139,104 @@ struct mma_ctx {
     }
 };
 
+// One block of 16 keys (from j0; keys outside [lo, hi] masked) into this lane's online-softmax
+// state: S = Q·Kᵀ, the rows' running max m and denominator l (this lane's part: the quad's sum is
+// taken at the end), O = O·alpha + P·V.
+template <class T, int D, int R>
+__device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mma_block<D>& blk, int j0, int lo, int hi,
+                                         float scale, int t, float (&m)[R], float (&l)[R], float (&o)[D / 8][4]) {
+    float sc[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            mma16816<T>(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1],
+                        R > 1 ? q[R - 1][2 * k + 1] : 0u, blk.k[j][2 * k], blk.k[j][2 * k + 1]);
+    }
+    // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
+    float pw[2][4];
+    float alpha[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = j0 + 8 * j + 2 * t + e;
+                float v = key >= lo && key <= hi ? sc[j][2 * r + e] * scale : -INFINITY;
+                sc[j][2 * r + e] = v;
+                mx = fmaxf(mx, v);  // a NaN score is skipped here and propagates through l below
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        alpha[r] = 1.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float w = 0.0f;
+                if (m_new != -INFINITY) w = expf(sc[j][2 * r + e] - m_new);  // −inf → 0
+                pw[j][2 * r + e] = w;
+                sum += w;
+            }
+        if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = m_new;
+    }
+    if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
+    const uint32_t a0 = pack2<T>(pw[0][0], pw[0][1]), a1 = pack2<T>(pw[0][2], pw[0][3]);
+    const uint32_t a2 = pack2<T>(pw[1][0], pw[1][1]), a3 = pack2<T>(pw[1][2], pw[1][3]);
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+        o[j][2] *= alpha[R - 1], o[j][3] *= alpha[R - 1];
+        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
+        const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
+        mma16816<T>(o[j], a0, a1, a2, a3, b0, b1);
+    }
+}
+
+// This lane's rows out: the final rows in T (one split) or the split's partials (o, lse) for the
+// merge kernel. l: the rows' full denominators.
+template <class T, int D, int R>
+__device__ __forceinline__ void mma_store(const dv2_params& p, int tq, int head0, int nh, int split, int g, int t,
+                                          const float (&m)[R], const float (&l)[R], const float (&o)[D / 8][4]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int h = g + 8 * r;
+        if (h >= nh) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a NaN l makes the row NaN below
+        float v[D / 4];
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
+            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
+        }
+        const int64_t row = int64_t(tq) * p.n_head + head0 + h;
+        if (p.n_splits == 1) {
+            T* dst = static_cast<T*>(p.out) + row * D + (D / 4) * t;
+#pragma unroll
+            for (int i = 0; i < D / 32; ++i) {
+                uint4 u;
+                u.x = pack2<T>(v[8 * i], v[8 * i + 1]), u.y = pack2<T>(v[8 * i + 2], v[8 * i + 3]);
+                u.z = pack2<T>(v[8 * i + 4], v[8 * i + 5]), u.w = pack2<T>(v[8 * i + 6], v[8 * i + 7]);
+                reinterpret_cast<uint4*>(dst)[i] = u;
+            }
+        } else {
+            float4* dst = reinterpret_cast<float4*>(p.part_o + (row * p.n_splits + split) * D + (D / 4) * t);
+#pragma unroll
+            for (int i = 0; i < D / 16; ++i) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+            if (t == 0)
+                p.part_lse[row * p.n_splits + split] = l[r] != l[r] ? l[r] : l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+    }
+}
+
 // One warp's split: keys [lo, hi] of row tq (sequence s) for query heads head0 .. head0 + nh − 1
 // of kv head kvh; R = 1 (rows g: ≤ 8 heads) or 2 (rows g and g + 8: ≤ 16 heads). Writes the final
 // rows (one split) or the split's partials for the merge kernel.
@@ -191,60 +289,7 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (; j0 <= hi; j0 += 16) {
-        float sc[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-#pragma unroll
-            for (int k = 0; k < D / 16; ++k)
-                mma16816<T>(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1], R > 1 ? q[R - 1][2 * k + 1] : 0u,
-                       blk.k[j][2 * k], blk.k[j][2 * k + 1]);
-        }
-        // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
-        float pw[2][4];
-        float alpha[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int key = j0 + 8 * j + 2 * t + e;
-                    float v = key >= lo && key <= hi ? sc[j][2 * r + e] * p.scale : -INFINITY;
-                    sc[j][2 * r + e] = v;
-                    mx = fmaxf(mx, v);  // a NaN score is skipped here and propagates through l below
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx);
-            alpha[r] = 1.0f;
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float w = 0.0f;
-                    if (m_new != -INFINITY) w = expf(sc[j][2 * r + e] - m_new);  // −inf → 0
-                    pw[j][2 * r + e] = w;
-                    sum += w;
-                }
-            if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
-            l[r] = l[r] * alpha[r] + sum;
-            m[r] = m_new;
-        }
-        if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
-        const uint32_t a0 = pack2<T>(pw[0][0], pw[0][1]), a1 = pack2<T>(pw[0][2], pw[0][3]);
-        const uint32_t a2 = pack2<T>(pw[1][0], pw[1][1]), a3 = pack2<T>(pw[1][2], pw[1][3]);
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            o[j][0] *= alpha[0], o[j][1] *= alpha[0];
-            o[j][2] *= alpha[R - 1], o[j][3] *= alpha[R - 1];
-            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-            const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
-            const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
-            mma16816<T>(o[j], a0, a1, a2, a3, b0, b1);
-        }
+        mma_step<T, D, R>(q, blk, j0, lo, hi, p.scale, t, m, l, o);
         if (j0 + 16 <= hi) c.load(j0 + 16, -1, blk);
     }
     // The quad's partial denominators, then the rows out.
@@ -253,35 +298,7 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int h = g + 8 * r;
-        if (h >= nh) continue;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a NaN l makes the row NaN below
-        float v[D / 4];
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
-            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
-        }
-        const int64_t row = int64_t(tq) * p.n_head + head0 + h;
-        if (p.n_splits == 1) {
-            T* dst = static_cast<T*>(p.out) + row * D + (D / 4) * t;
-#pragma unroll
-            for (int i = 0; i < D / 32; ++i) {
-                uint4 u;
-                u.x = pack2<T>(v[8 * i], v[8 * i + 1]), u.y = pack2<T>(v[8 * i + 2], v[8 * i + 3]);
-                u.z = pack2<T>(v[8 * i + 4], v[8 * i + 5]), u.w = pack2<T>(v[8 * i + 6], v[8 * i + 7]);
-                reinterpret_cast<uint4*>(dst)[i] = u;
-            }
-        } else {
-            float4* dst = reinterpret_cast<float4*>(p.part_o + (row * p.n_splits + split) * D + (D / 4) * t);
-#pragma unroll
-            for (int i = 0; i < D / 16; ++i) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-            if (t == 0)
-                p.part_lse[row * p.n_splits + split] = l[r] != l[r] ? l[r] : l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
-        }
-    }
+    mma_store<T, D, R>(p, tq, head0, nh, split, g, t, m, l, o);
 }
 
 // The plan: dv2_plan_splits' splits (16-key steps, ~2 CTAs per SM), one warp per split, and
