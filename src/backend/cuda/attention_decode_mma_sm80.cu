@@ -232,7 +232,8 @@ __device__ __forceinline__ void mma_store(const dv2_params& p, int tq, int head0
 #pragma unroll
             for (int i = 0; i < D / 16; ++i) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
             if (t == 0)
-                p.part_lse[row * p.n_splits + split] = l[r] != l[r] ? l[r] : l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+                p.part_lse[row * p.n_splits + split] =
+                    l[r] != l[r] ? l[r] : l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
         }
     }
 }
@@ -278,7 +279,8 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) q[r][w] = 0;
         const int h = g + 8 * r;
-        if (h < nh) ld16<D / 32>(static_cast<const T*>(p.q) + (int64_t(tq) * p.n_head + head0 + h) * D + (D / 4) * t, q[r]);
+        const T* src = static_cast<const T*>(p.q) + (int64_t(tq) * p.n_head + head0 + h) * D + (D / 4) * t;
+        if (h < nh) ld16<D / 32>(src, q[r]);
     }
     if (lo <= hi && pos >= j0 && pos < j0 + 16) c.patch(j0, pos, blk);
 

@@ -334,7 +334,8 @@ inline void dv2_plan_splits(backend& be, const attention_args& a, dv2_params& p,
     int64_t max_kv = a.meta.max_seqlen_kv > 0 ? a.meta.max_seqlen_kv : 1;
     static const int64_t split_keys = [] {
         int64_t v = env_int("TETRA_ATTN_SPLIT_KEYS", 16);
-        TETRA_CHECK(v >= 1 && v <= 1 << 20, "TETRA_ATTN_SPLIT_KEYS=%lld: expected an integer in [1, 1048576]", (long long)v);
+        TETRA_CHECK(v >= 1 && v <= 1 << 20, "TETRA_ATTN_SPLIT_KEYS=%lld: expected an integer in [1, 1048576]",
+                    (long long)v);
         return v;
     }();
     int64_t min_len = std::max<int64_t>(1, (split_keys + step - 1) / step) * step;
