@@ -279,8 +279,10 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) q[r][w] = 0;
         const int h = g + 8 * r;
-        const T* src = static_cast<const T*>(p.q) + (int64_t(tq) * p.n_head + head0 + h) * D + (D / 4) * t;
-        if (h < nh) ld16<D / 32>(src, q[r]);
+        if (h < nh) {
+            const T* src = static_cast<const T*>(p.q) + (int64_t(tq) * p.n_head + head0 + h) * D + (D / 4) * t;
+            ld16<D / 32>(src, q[r]);
+        }
     }
     if (lo <= hi && pos >= j0 && pos < j0 + 16) c.patch(j0, pos, blk);
 
