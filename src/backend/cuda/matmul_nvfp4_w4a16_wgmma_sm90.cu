@@ -165,6 +165,19 @@ template <int N> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], con
 
 // Keeps values in registers at this point (the asm may read them): the accumulators around the
 // asynchronous wgmma, and the A registers of an in-flight wgmma until its wait.
+// 8 bf16 (v) to dst = out[tok, f .. f+7]: one 16-byte store when `vec` (16-byte aligned rows) and
+// all 8 lie below n, else the elements below n one by one.
+__device__ __forceinline__ void store8(__nv_bfloat16* dst, const uint4& v, int f, int n, bool vec) {
+    if (vec && f + 8 <= n) {
+        *reinterpret_cast<uint4*>(dst) = v;
+        return;
+    }
+    uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+        if (f + q < n) d16[q] = uint16_t(word_of(v, q >> 1) >> (16 * (q & 1)));
+}
+
 __device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 #endif
@@ -328,15 +341,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
                 const uint32_t w = uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
                 if (q == 0) o.x = w; else if (q == 1) o.y = w; else if (q == 2) o.z = w; else o.w = w;
             }
-            __nv_bfloat16* dst = p.out + size_t(tok) * p.ld_out + f;
-            if (vec && f + 8 <= p.n_ff) {
-                *reinterpret_cast<uint4*>(dst) = o;
-            } else {
-                uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-#pragma unroll
-                for (int q = 0; q < 8; ++q)
-                    if (f + q < p.n_ff) d16[q] = uint16_t(word_of(o, q >> 1) >> (16 * (q & 1)));
-            }
+            store8(p.out + size_t(tok) * p.ld_out + f, o, f, p.n_ff, vec);
         }
         return;
     }
@@ -346,15 +351,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
         const int r = piece / (TILES * 2), f = f_cta + 8 * (piece % (TILES * 2)), tok = tok0 + r;
         if (tok >= p.m || f >= p.n) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(base + r * OROW + (f - f_cta) * 2);
-        __nv_bfloat16* dst = p.out + size_t(tok) * p.ld_out + f;
-        if (vec && f + 8 <= p.n) {
-            *reinterpret_cast<uint4*>(dst) = v;
-        } else {
-            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-#pragma unroll
-            for (int q = 0; q < 8; ++q)
-                if (f + q < p.n) d16[q] = uint16_t(word_of(v, q >> 1) >> (16 * (q & 1)));
-        }
+        store8(p.out + size_t(tok) * p.ld_out + f, v, f, p.n, vec);
     }
 #else
     __trap();  // not an sm_90a image: the registry never selects this kernel there (FEAT_WGMMA)
