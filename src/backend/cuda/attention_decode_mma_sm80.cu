@@ -2,8 +2,8 @@
 // 128), one warp per (key split, kv head · head split, sequence). A warp takes up to 8 query heads
 // of the GQA group (16 for groups > 8) as the A rows of m16n8k16 MMAs and a block of 16 keys as
 // two n8 tiles: S = Q·Kᵀ (head_dim/16 k-steps), an f32 online softmax on the accumulators (rows:
-// a quad of lanes), then O += P·V with P rounded to the activation type as the A operand (the
-// accumulator layout of S is the A layout of P, as in FlashAttention-2) and V as B. The dims of a
+// a quad of lanes), then O += P·V with P as the A operand (the accumulator layout of S is the A
+// layout of P, as in FlashAttention-2) and V as B. The dims of a
 // lane are permuted so that every K, V and q load is 16 contiguous bytes and P·V needs only byte
 // permutes (below). The splits go through attention_decode_v2's merge kernel (same partials).
 //
@@ -15,10 +15,10 @@
 // earlier positions are loaded before the PDL wait (cuda_device.cuh's rule allows it).
 //
 // Numerics: Q·K in f32 from bf16/f16 inputs (exact products), f32 online softmax with expf as the
-// other kernels; P is rounded to bf16/f16 for the P·V MMA (relative error ≤ 2^-9 per weight for
-// bf16; the denominator sums the f32 weights). NaN scores propagate through the sums (a live NaN
-// key makes its rows NaN, as the oracle); keys outside [lo, hi] are never loaded (zeros) and get
-// weight 0.
+// other kernels; P·V keeps the weights' f32 precision: each p goes in as two T values, T(p) and
+// T(p − T(p)) (16 significant bits together), one MMA each into the f32 accumulators. NaN scores
+// propagate through the sums (a live NaN key makes its rows NaN, as the oracle); keys outside
+// [lo, hi] are never loaded (zeros) and get weight 0.
 //
 // Layout (lane = 4g + t, g = lane / 4, t = lane % 4; D = head_dim):
 //   S tile j (keys 8j .. 8j+7 of the block): B column n = key 8j + n; k-step s covers q/K dims
@@ -48,6 +48,21 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
         __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&v);
     }
+}
+
+// p (f32) as two T pairs whose sum is p to 16 significant bits: hi = T(p), lo = T(p − hi) (p − hi is
+// exact in f32). P·V as hi·V + lo·V keeps the weights' f32 precision through the T-only MMA.
+template <class T>
+__device__ __forceinline__ void split2(float p0, float p1, uint32_t& hi, uint32_t& lo) {
+    hi = pack2<T>(p0, p1);
+    float h0, h1;
+    if constexpr (std::is_same<T, __half>::value) {
+        const __half2 h = *reinterpret_cast<const __half2*>(&hi);
+        h0 = __low2float(h), h1 = __high2float(h);
+    } else {
+        h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+    }
+    lo = pack2<T>(p0 - h0, p1 - h1);
 }
 
 // d += A·B, m16n8k16 with T operands and f32 accumulators.
@@ -188,8 +203,11 @@ __device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mm
         m[r] = m_new;
     }
     if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
-    const uint32_t a0 = pack2<T>(pw[0][0], pw[0][1]), a1 = pack2<T>(pw[0][2], pw[0][3]);
-    const uint32_t a2 = pack2<T>(pw[1][0], pw[1][1]), a3 = pack2<T>(pw[1][2], pw[1][3]);
+    uint32_t a[4], r[4];  // P's A registers: T(p) and T(p − T(p))
+    split2<T>(pw[0][0], pw[0][1], a[0], r[0]);
+    split2<T>(pw[0][2], pw[0][3], a[1], r[1]);
+    split2<T>(pw[1][0], pw[1][1], a[2], r[2]);
+    split2<T>(pw[1][2], pw[1][3], a[3], r[3]);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
         o[j][0] *= alpha[0], o[j][1] *= alpha[0];
@@ -197,7 +215,8 @@ __device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mm
         const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
         const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
-        mma16816<T>(o[j], a0, a1, a2, a3, b0, b1);
+        mma16816<T>(o[j], r[0], r[1], r[2], r[3], b0, b1);
+        mma16816<T>(o[j], a[0], a[1], a[2], a[3], b0, b1);
     }
 }
 
