@@ -3,15 +3,15 @@
 // of the GQA group (16 for groups > 8) as the A rows of m16n8k16 MMAs and a block of 16 keys as
 // two n8 tiles: S = Q·Kᵀ (head_dim/16 k-steps), an f32 online softmax on the accumulators (rows:
 // a quad of lanes), then O += P·V with P as the A operand (the accumulator layout of S is the A
-// layout of P, as in FlashAttention-2) and V as B. The dims of a
-// lane are permuted so that every K, V and q load is 16 contiguous bytes and P·V needs only byte
-// permutes (below). The splits go through attention_decode_v2's merge kernel (same partials).
+// layout of P, as in FlashAttention-2) and V as B. The dims of a lane are permuted so that every
+// K, V and q load is 16 contiguous bytes and P·V needs only byte permutes (below). The splits go
+// through attention_decode_v2's merge kernel (same partials).
 //
 // Why (docs/perf.md, session 16): at batch 1 the split + merge decode attention cost ~10 µs per
 // layer, and ncu showed attention_decode_v2's 4-warp CTAs living ~12.5 k cycles while each warp
 // issued ~2.3 k dependent instructions at 5.5 cycles each (one warp per scheduler): the subgroup
 // shuffles, the 8-way subgroup merge in shared memory and integer address math, for 16 keys. Here a
-// split of 16 keys is ~30 MMAs and a few dozen other instructions per warp, and the K/V rows of
+// split of 16 keys is 48 MMAs (head_dim 128) and a few dozen other instructions per warp, and the K/V rows of
 // earlier positions are loaded before the PDL wait (cuda_device.cuh's rule allows it).
 //
 // Numerics: Q·K in f32 from bf16/f16 inputs (exact products), f32 online softmax with expf as the
