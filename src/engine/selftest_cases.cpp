@@ -368,7 +368,6 @@ struct case_builder {
     void moe_matmul_silu_case(int il);  // the experts' fused gate/up + silu (model/moe.cpp)
 };
 
-// The mode a case runs lw in: dense for a dense weight; AUTO → W4A4 with an input scale, else W4A16.
 // The M values of a matmul-like case. Probes (where the kernel choice is looked up): 1, 2, 3, 4, 8,
 // 16, 64 up to max_tokens, then 1024 (the prefill chunks below a larger max_tokens: e.g. the fused
 // large-M W4A16 kernels' range on sm_90a) and max_tokens when they are above 64. Test sizes (a
@@ -390,6 +389,7 @@ std::vector<std::pair<int64_t, int64_t>> test_sizes(int64_t max_tokens, int64_t 
     return sizes;
 }
 
+// The mode a case runs lw in: dense for a dense weight; AUTO → W4A4 with an input scale, else W4A16.
 matmul_mode case_mode(const linear_weight& lw, matmul_mode mode) {
     if (lw.kind == linear_kind::DENSE) return matmul_mode::DENSE;
     if (mode == matmul_mode::AUTO) return lw.has_input_scale ? matmul_mode::W4A4 : matmul_mode::W4A16;

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_decode_v2.cuh"
+#include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -240,12 +241,8 @@ __device__ __forceinline__ void mma_store(const dv2_params& p, int tq, int head0
         if (p.n_splits == 1) {
             T* dst = static_cast<T*>(p.out) + row * D + (D / 4) * t;
 #pragma unroll
-            for (int i = 0; i < D / 32; ++i) {
-                uint4 u;
-                u.x = pack2<T>(v[8 * i], v[8 * i + 1]), u.y = pack2<T>(v[8 * i + 2], v[8 * i + 3]);
-                u.z = pack2<T>(v[8 * i + 4], v[8 * i + 5]), u.w = pack2<T>(v[8 * i + 6], v[8 * i + 7]);
-                reinterpret_cast<uint4*>(dst)[i] = u;
-            }
+            for (int i = 0; i < D / 32; ++i)
+                reinterpret_cast<uint4*>(dst)[i] = pack8<T>(*reinterpret_cast<const float(*)[8]>(v + 8 * i));
         } else {
             float4* dst = reinterpret_cast<float4*>(p.part_o + (row * p.n_splits + split) * D + (D / 4) * t);
 #pragma unroll

@@ -214,11 +214,16 @@ std::string accepts_w4a16_wgmma(const matmul_args& a) {
     return "";
 }
 
+// The fused kernels' workspace: x of m rows in the packed k order.
+w4a16_sm80_workspace bind_wgmma_workspace(backend& be, cudaStream_t s, int64_t m, int64_t k) {
+    w4a16_sm80_workspace need;
+    need.dequant_bytes = w4a16_wgmma_workspace_bytes(m, k);
+    return bind_workspace(be, s, need);
+}
+
 void launch_w4a16_wgmma(backend& be, const matmul_args& a) {
     cudaStream_t s = stream_of(be);
-    w4a16_sm80_workspace need;
-    need.dequant_bytes = w4a16_wgmma_workspace_bytes(a.m, a.k);  // x in the packed k order
-    const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
+    const w4a16_sm80_workspace ws = bind_wgmma_workspace(be, s, a.m, a.k);
     matmul_nvfp4_w4a16_wgmma_launch(a.x.data, a.m, device_weight(*a.w, a.n, a.k), a.out.data, a.n, ws.dequant,
                                     ws.dequant_bytes, s);
 }
@@ -230,9 +235,7 @@ std::string accepts_silu_w4a16_wgmma(const matmul_silu_args& a) {
 
 void launch_silu_w4a16_wgmma(backend& be, const matmul_silu_args& a) {
     cudaStream_t s = stream_of(be);
-    w4a16_sm80_workspace need;
-    need.dequant_bytes = w4a16_wgmma_workspace_bytes(a.mm.m, a.mm.k);  // x in the packed k order
-    const w4a16_sm80_workspace ws = bind_workspace(be, s, need);
+    const w4a16_sm80_workspace ws = bind_wgmma_workspace(be, s, a.mm.m, a.mm.k);
     matmul_silu_nvfp4_w4a16_wgmma_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.n_ff,
                                          a.out.data, ws.dequant, ws.dequant_bytes, s);
 }

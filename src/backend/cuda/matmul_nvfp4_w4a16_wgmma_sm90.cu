@@ -163,8 +163,6 @@ template <int N> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], con
     else wgmma_m64n128k16(d, a, desc);
 }
 
-// Keeps values in registers at this point (the asm may read them): the accumulators around the
-// asynchronous wgmma, and the A registers of an in-flight wgmma until its wait.
 // 8 bf16 (v) to dst = out[tok, f .. f+7]: one 16-byte store when `vec` (16-byte aligned rows) and
 // all 8 lie below n, else the elements below n one by one.
 __device__ __forceinline__ void store8(__nv_bfloat16* dst, const uint4& v, int f, int n, bool vec) {
@@ -178,6 +176,8 @@ __device__ __forceinline__ void store8(__nv_bfloat16* dst, const uint4& v, int f
         if (f + q < n) d16[q] = uint16_t(word_of(v, q >> 1) >> (16 * (q & 1)));
 }
 
+// Keeps values in registers at this point (the asm may read them): the accumulators around the
+// asynchronous wgmma, and the A registers of an in-flight wgmma until its wait.
 __device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 #endif
