@@ -1,5 +1,6 @@
 // matmul_dense_bf16_gemv_sm80: out[m, n] = x[m, k] · wᵀ for router-sized bf16 weights on CUDA cores
-// (f32 sums). Takes part in PDL, unlike cuBLASLt: a CTA copies its weight tile (C rows of w) to shared
+// (f32 sums), and for vocabulary projections (lm_head) at m ≤ 2, where its 32 KB tiles streamed by
+// many one-warp CTAs read the weight at ~99 % of the roofline (8B) against cuBLASLt's ~90 %. Takes part in PDL, unlike cuBLASLt: a CTA copies its weight tile (C rows of w) to shared
 // memory before pdl_wait() and triggers right after, so the weight streams while the previous kernel
 // ends and the next (moe_route) launches early. Order depends on k alone: lane l chains k = 256·s +
 // 8·l + e with fmaf from +0, then a 32-lane xor-tree, so a row's bits do not depend on m, the other
@@ -17,6 +18,8 @@ constexpr int MAX_WARPS = 4;                 // warps per CTA
 constexpr int64_t TILE_BYTES_MAX = 48 << 10; // C·k·2 bytes of shared memory (no opt-in needed)
 // Eligibility (weight shape only, never m: the same kernel at every batch size of a weight).
 constexpr int64_t GEMV_N_MAX = 512, GEMV_K_MAX = 16384, GEMV_NK_MAX = int64_t(1) << 22;
+// And vocabulary projections at decode (lm_head: n ≥ 16384, at most 2 logit rows; docs/perf.md, session 17).
+constexpr int64_t GEMV_VOCAB_N_MIN = 16384, GEMV_VOCAB_M_MAX = 2;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
@@ -170,10 +173,12 @@ std::string accepts_dense_gemv(const matmul_args& a) {
     if (a.w->kind != linear_kind::DENSE) return "weight is not dense";
     if (a.w->dense.type != dtype::BF16) return "needs a bf16 weight";
     if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
-    if (a.n > GEMV_N_MAX || a.k > GEMV_K_MAX || a.n * a.k > GEMV_NK_MAX)
-        return strfmt("weight [%lld, %lld] is not router-sized (n <= %lld, k <= %lld, n*k <= %lld; cuBLASLt takes it)",
-                      (long long)a.n, (long long)a.k, (long long)GEMV_N_MAX, (long long)GEMV_K_MAX,
-                      (long long)GEMV_NK_MAX);
+    const bool vocab = a.n >= GEMV_VOCAB_N_MIN && a.k <= GEMV_K_MAX && a.m <= GEMV_VOCAB_M_MAX;
+    if (!vocab && (a.n > GEMV_N_MAX || a.k > GEMV_K_MAX || a.n * a.k > GEMV_NK_MAX))
+        return strfmt("weight [%lld, %lld] at m = %lld is not router-sized (n <= %lld, k <= %lld, n*k <= %lld) nor a "
+                      "vocabulary projection at decode (n >= %lld, m <= %lld); cuBLASLt takes it",
+                      (long long)a.n, (long long)a.k, (long long)a.m, (long long)GEMV_N_MAX, (long long)GEMV_K_MAX,
+                      (long long)GEMV_NK_MAX, (long long)GEMV_VOCAB_N_MIN, (long long)GEMV_VOCAB_M_MAX);
     if (a.k % 8 != 0) return strfmt("k = %lld is not a multiple of 8 (16-byte weight rows)", (long long)a.k);
     return "";
 }

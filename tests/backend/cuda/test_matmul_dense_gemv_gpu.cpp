@@ -1,8 +1,9 @@
 // matmul_dense_bf16_gemv_sm80 (the router-sized bf16 GEMV with programmatic dependent launch)
 // through the CUDA backend against the CPU backend's reference kernel matmul_dense_cpu (bf16 weight
 // and x widened to f32, f32 sums in k order): odd shapes (n 1..500, k 16..7168, k not a multiple of
-// 256, m 1..300 with row groups partly filled), guarded outputs, NaN/±Inf parity, rows alone and in
-// batches of every launch geometry bit for bit, and the registry's choice by weight shape alone.
+// 256, m 1..300 with row groups partly filled), vocabulary projections at decode batches, guarded
+// outputs, NaN/±Inf parity, rows alone and in batches of every launch geometry bit for bit, and the
+// registry's choice (by weight shape; for vocabulary projections also by m).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -17,6 +18,8 @@ using namespace tetra_test;
 namespace {
 
 const char* const k_gemv = "matmul_dense_bf16_gemv_sm80";
+// The kernel takes vocabulary projections (n ≥ 16384) at m ≤ this (matmul_dense_gemv_sm80.cu).
+constexpr int64_t k_vocab_m_max = 2;
 
 linear_weight dense_linear(const tensor& w) {
     linear_weight lw;
@@ -109,6 +112,32 @@ TEST(matmul_dense_gemv_gpu, matches_cpu_on_odd_shapes) {
     EXPECT_EQ(cases, 80);
 }
 
+// Vocabulary projections (lm_head-sized: n ≥ 16384) at decode batches (m ≤ k_vocab_m_max): through
+// the registry's own choice, against the oracle, and every row equal to itself alone bit for bit.
+TEST(matmul_dense_gemv_gpu, vocab_projection_at_decode) {
+    rng r(613);
+    int cases = 0;
+    for (int64_t n : {16384, 49157})
+        for (int64_t k : {576, 2048}) {
+            tensor w = random_tensor(r, dtype::BF16, {n, k});
+            linear_weight dev = gpu_be().prepare_linear(dense_linear(w));
+            tensor x = random_tensor(r, dtype::BF16, {k_vocab_m_max, k});
+            const std::string base = "n=" + std::to_string(n) + " k=" + std::to_string(k);
+            const tensor all = run_gpu(x, dev, false, base);
+            expect_matches(all, run_cpu(x, w), x, w, base + " m=" + std::to_string(k_vocab_m_max));
+            for (int64_t row = 0; row < k_vocab_m_max; ++row) {
+                tensor one = tensor::alloc(dtype::BF16, {1, k});
+                std::memcpy(one.data, x.ptr<uint16_t>() + row * k, size_t(k) * 2);
+                const std::string what = base + " row " + std::to_string(row) + " alone";
+                EXPECT_TRUE(same_bits(run_gpu(one, dev, false, what), all.ptr<uint8_t>() + size_t(row * n) * 2,
+                                      size_t(n) * 2))
+                    << what;
+            }
+            ++cases;
+        }
+    EXPECT_EQ(cases, 4);
+}
+
 // NaN in x, ±Inf in x and w: NaN rows, ±Inf columns, Inf − Inf = NaN where both signs meet; the same
 // positions as the oracle whatever the summation order.
 TEST(matmul_dense_gemv_gpu, nan_inf_parity) {
@@ -164,12 +193,16 @@ TEST(matmul_dense_gemv_gpu, rows_alone_equal_rows_in_a_batch) {
 }
 
 // The registry picks the GEMV for router-sized weights at every m (the rule reads the weight's
-// shape only) and never for a large weight, which keeps cuBLASLt with the reason given.
+// shape only), for vocabulary projections (n ≥ 16384, k ≤ 16384) at m ≤ k_vocab_m_max, and never
+// for another large weight, which keeps cuBLASLt with the reason given.
 TEST(matmul_dense_gemv_gpu, registry_chooses_by_weight_shape) {
-    struct shape { int64_t n, k; bool gemv; };
-    const shape shapes[] = {{128, 2048, true},  {1, 2048, true},     {1, 7168, true},    {512, 7168, true},
-                            {256, 7168, true},  {500, 1000, true},   {4096, 4096, false}, {49152, 576, false},
-                            {1024, 256, false}, {513, 2048, false},  {128, 65536, false}};
+    struct shape { int64_t n, k; bool gemv, vocab; };
+    const shape shapes[] = {{128, 2048, true, false},    {1, 2048, true, false},      {1, 7168, true, false},
+                            {512, 7168, true, false},    {256, 7168, true, false},    {500, 1000, true, false},
+                            {4096, 4096, false, false},  {49152, 576, false, true},   {1024, 256, false, false},
+                            {513, 2048, false, false},   {128, 65536, false, false},  {16383, 4096, false, false},
+                            {16384, 4096, false, true},  {151936, 2048, false, true}, {128256, 4096, false, true},
+                            {128256, 16385, false, false}};
     for (const shape& s : shapes) {
         linear_weight lw;  // accepts() reads the kind, dtype and shape, never the bytes
         lw.kind = linear_kind::DENSE, lw.n_out = s.n, lw.n_in = s.k;
@@ -182,9 +215,10 @@ TEST(matmul_dense_gemv_gpu, registry_chooses_by_weight_shape) {
             a.w = &lw, a.m = m, a.n = s.n, a.k = s.k;
             const std::string what = "[" + std::to_string(s.n) + ", " + std::to_string(s.k) + "] m=" + std::to_string(m);
             const std::string sel = kernel_registry::instance().select("matmul_dense", gpu_be().device(), a).name;
-            EXPECT_EQ(sel, s.gemv ? k_gemv : "matmul_dense_bf16_cublaslt") << what;
+            const bool gemv = s.gemv || (s.vocab && m <= k_vocab_m_max);
+            EXPECT_EQ(sel, gemv ? k_gemv : "matmul_dense_bf16_cublaslt") << what;
             for (const kernel_candidate& c : kernel_registry::instance().candidates("matmul_dense", gpu_be().device(), &a))
-                if (c.kernel->name == k_gemv && !s.gemv)
+                if (c.kernel->name == k_gemv && !gemv)
                     EXPECT_NE(c.why_not.find("not router-sized"), std::string::npos) << what << ": " << c.why_not;
         }
     }
