@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -93,6 +94,24 @@ template <class F> void dispatch_act(dtype t, F&& f) {
         case dtype::F16: f(type_tag<__half>{}); break;
         default: TETRA_FAIL("cuda: activation dtype %s is not f32|bf16|f16", dtype_name(t));
     }
+}
+
+// ---- tensor cores (sm_80+) ----------------------------------------------------------------------
+// d += A·B, mma.sync m16n8k16 with T (bf16 | f16) operands and f32 accumulators. Not volatile: the
+// accumulator operands carry the order, and the scheduler may interleave independent chains
+// (another accumulator set, another chunk's decode) around it.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+#define TETRA_MMA_OPERANDS                                                                                 \
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1)
+    if constexpr (std::is_same<T, __half>::value)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};" TETRA_MMA_OPERANDS);
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};" TETRA_MMA_OPERANDS);
+#undef TETRA_MMA_OPERANDS
 }
 
 // ---- programmatic dependent launch (sm_90+) ------------------------------------------------------

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/w4a16_layout.h"
 
 namespace tetra {
@@ -45,17 +46,6 @@ __device__ __forceinline__ void scales_to_bf16x2(uint32_t two, uint32_t& s0, uin
     __nv_bfloat162 b0 = __floats2bfloat162_rn(f0, f0), b1 = __floats2bfloat162_rn(f1, f1);
     s0 = *reinterpret_cast<uint32_t*>(&b0);
     s1 = *reinterpret_cast<uint32_t*>(&b1);
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    // Not volatile: the accumulator operands carry the order, and the scheduler may interleave
-    // independent chains (another accumulator set, another chunk's decode) around it.
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {

@@ -91,7 +91,7 @@ __device__ __forceinline__ void compute_slot(const gemv_params& p, const uint4* 
         uint32_t a[4];
         a_regs(q, j, s0, s1, a);
         const uint4& b = j < 2 ? xl : xh;
-        mma_bf16_16816(acc, a[0], a[1], a[2], a[3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
+        mma16816<__nv_bfloat16>(acc, a[0], a[1], a[2], a[3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
     }
 }
 

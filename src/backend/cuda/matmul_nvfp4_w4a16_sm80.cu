@@ -116,7 +116,7 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
         for (int u = 0; u < NT; ++u) {
             const uint4& b = j < 2 ? blo[u] : bhi[u];
             uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
-            mma_bf16_16816(acc[u], a[0], a[1], a[2], a[3], b0, b1);
+            mma16816<__nv_bfloat16>(acc[u], a[0], a[1], a[2], a[3], b0, b1);
         }
     }
 }

@@ -135,7 +135,8 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint4& b = j < 2 ? lo : hi;
-            mma_bf16_16816(acc[j & 1][u], a[j][0], a[j][1], a[j][2], a[j][3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
+            mma16816<__nv_bfloat16>(acc[j & 1][u], a[j][0], a[j][1], a[j][2], a[j][3], (j & 1) ? b.z : b.x,
+                                    (j & 1) ? b.w : b.y);
         }
     }
 }
