@@ -1,10 +1,12 @@
-// matmul_dense_bf16_gemv_sm80: out[m, n] = x[m, k] · wᵀ for router-sized bf16 weights on CUDA cores
-// (f32 sums), and for vocabulary projections (lm_head) at m ≤ 2, where its 32 KB tiles streamed by
-// many one-warp CTAs read the weight at ~99 % of the roofline (8B) against cuBLASLt's ~90 %. Takes part in PDL, unlike cuBLASLt: a CTA copies its weight tile (C rows of w) to shared
-// memory before pdl_wait() and triggers right after, so the weight streams while the previous kernel
-// ends and the next (moe_route) launches early. Order depends on k alone: lane l chains k = 256·s +
-// 8·l + e with fmaf from +0, then a 32-lane xor-tree, so a row's bits do not depend on m, the other
-// rows or the launch geometry (columns and rows per CTA, rows per warp: chosen by m and the shape).
+// matmul_dense_bf16_gemv_sm80: out[m, n] = x[m, k] · wᵀ on CUDA cores (f32 sums) for router-sized
+// bf16 weights, and for vocabulary projections (lm_head) at m ≤ 2, where its many one-warp CTAs read
+// the weight at its bandwidth floor against cuBLASLt's ~90 % (docs/perf.md, session 17). Takes part
+// in PDL, unlike cuBLASLt: a CTA copies its weight tile (C rows of w) to shared memory before
+// pdl_wait() and triggers right after, so the weight streams while the previous kernel ends and the
+// next (moe_route) launches early. Order depends on k alone: lane l chains k = 256·s + 8·l + e with
+// fmaf from +0, then a 32-lane xor-tree, so a row's bits do not depend on m, the other rows or the
+// launch geometry (columns and rows per CTA, rows per warp: chosen by m and the shape) — among the
+// calls this kernel takes (a vocabulary projection at m > 2 goes to cuBLASLt).
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/ops.h"
@@ -16,9 +18,10 @@ namespace {
 
 constexpr int MAX_WARPS = 4;                 // warps per CTA
 constexpr int64_t TILE_BYTES_MAX = 48 << 10; // C·k·2 bytes of shared memory (no opt-in needed)
-// Eligibility (weight shape only, never m: the same kernel at every batch size of a weight).
+// Eligibility: router-sized weights by their shape alone (the same kernel at every batch size of
+// such a weight), and vocabulary projections at decode (n ≥ 16384, at most 2 logit rows: at 4 and 8
+// rows cuBLASLt was faster; docs/perf.md, session 17).
 constexpr int64_t GEMV_N_MAX = 512, GEMV_K_MAX = 16384, GEMV_NK_MAX = int64_t(1) << 22;
-// And vocabulary projections at decode (lm_head: n ≥ 16384, at most 2 logit rows; docs/perf.md, session 17).
 constexpr int64_t GEMV_VOCAB_N_MIN = 16384, GEMV_VOCAB_M_MAX = 2;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
