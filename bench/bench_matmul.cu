@@ -8,10 +8,11 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --splits | --large | --hot | --pattern | --pattern-bulk | --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --sweep | --splits | --large | --hot | --pattern | --pattern-bulk | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -583,6 +584,86 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
     }
 }
 
+// --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80): at m = 1 under every plan (T
+// tiles × G groups per CTA, S warps per tile) that fits the device, at m = 1, 2, 4, 8 under the
+// default plan, beside the sm80 launcher (plain and with PDL; the sweep kernel runs with PDL, as in
+// decode), on Llama-3.1-8B's and Qwen3-30B-A3B's attention shapes; graph µs. Each sweep output is
+// compared with the launcher's (max |diff| / max |ref| over the m rows: f32 sums of the same exact
+// products in other orders, so within bf16 rounding, ~4e-3).
+static void run_sweep(int sms, double bw, void* ws_cublas) {
+    int dev = 0, optin = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n|---|---|---|---|---|---|---|\n");
+    std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
+    shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
+    for (const llama_shape& sh : shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
+        std::vector<cuda::w4a16_sweep_config> cfgs(1);  // [0]: the default plan
+        cfgs[0].pdl = 1;
+        for (int T : {1, 2, 4, 8})
+            for (int S : {1, 2, 4, 8})
+                for (int GS : {1, 2, 4}) {
+                    if (T * S > 8 || S * GS > b.d.k_groups) continue;
+                    cuda::w4a16_sweep_config c;
+                    c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
+                    if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
+                }
+        size_t part = 4, cnt = 4;
+        for (const cuda::w4a16_sweep_config& c : cfgs) {
+            cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 8, c);
+            part = std::max(part, pl.partial_bytes), cnt = std::max(cnt, pl.counter_count * 4);
+        }
+        cuda::w4a16_sm80_workspace sws;
+        CK(cudaMalloc(&sws.partial, part));
+        CK(cudaMalloc(&sws.counters, cnt));
+        CK(cudaMemset(sws.counters, 0, cnt));
+        sws.partial_bytes = part, sws.counter_count = cnt / 4;
+        std::vector<uint16_t> ref, got;
+        auto fetch = [&](long m, std::vector<uint16_t>& v) {
+            CK(cudaStreamSynchronize(g_stream));
+            v.resize(size_t(m * b.n));
+            CK(cudaMemcpy(v.data(), b.out, v.size() * 2, cudaMemcpyDeviceToHost));
+        };
+        auto bf = [](uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; };
+        for (long m : {1L, 2L, 4L, 8L}) {
+            const double io = double(m) * b.k * 2 + double(m) * b.n * 2;
+            for (int pdl : {0, 1}) {
+                cuda::w4a16_small_config sc;
+                sc.pdl = pdl;
+                double tg = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms, &sc); }, 10);
+                std::printf("| %s %ldx%ld | %ld | sm80 launcher%s | v%d | %.2f | %.1f %% | - |\n", b.what, b.n, b.k, m,
+                            pdl ? " (PDL)" : "", cuda::w4a16_sm80_small_version(b.n, b.k, sms), tg,
+                            100.0 * (b.wbytes + io) / tg / 1e3 / bw);
+            }
+            cuda::matmul_nvfp4_w4a16_sm80_launch(b.x, m, b.ws[0], b.out, b.wsp, sms, g_stream);
+            fetch(m, ref);
+            for (size_t ci = 0; ci < (m == 1 ? cfgs.size() : 1); ++ci) {
+                const cuda::w4a16_sweep_config& c = cfgs[ci];
+                cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, m, c);
+                if (!cuda::w4a16_sweep_why_not(pl, m).empty() || pl.smem > size_t(optin)) continue;
+                double tg = median_graph_us([&] {
+                    for (int i = 0; i < 10; ++i)
+                        cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[size_t(i) % b.ws.size()], b.out, sws, g_stream, c);
+                }, 10);
+                cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[0], b.out, sws, g_stream, c);
+                fetch(m, got);
+                double mx = 0, md = 0;
+                for (size_t i = 0; i < ref.size(); ++i) {
+                    mx = std::max(mx, double(std::fabs(bf(ref[i]))));
+                    md = std::max(md, double(std::fabs(bf(ref[i]) - bf(got[i]))));
+                }
+                std::printf("| %s %ldx%ld | %ld | sweep%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n, b.k, m,
+                            ci == 0 ? " default" : "", pl.T, pl.G, pl.S, pl.n_tb * pl.n_gr, tg,
+                            100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
+                std::fflush(stdout);
+            }
+        }
+        CK(cudaFree(sws.partial));
+        CK(cudaFree(sws.counters));
+    }
+}
+
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "--one") == 0)
@@ -608,6 +689,10 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
     if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
         run_variants(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--sweep") == 0) {
+        run_sweep(sms, bw, ws_cublas);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--splits") == 0) {

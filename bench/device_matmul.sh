@@ -32,6 +32,7 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   local pids=() fail=0
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_sm80.cu -o $B/w4.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_gemv_sm80.cu -o $B/gv.o & pids+=($!)
+  $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_sweep_sm80.cu -o $B/sw.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_large_sm80.cu -o $B/lg.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_dense_bf16_cublaslt.cu -o $B/lt.o & pids+=($!)
   $NV -DTETRA_MATMUL_STANDALONE -c src/backend/cuda/matmul_nvfp4_w4a16_wgmma_sm90.cu -o $B/wg.o & pids+=($!)
@@ -42,8 +43,8 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   done
   for p in "${pids[@]}"; do wait "$p" || fail=1; done
   [ $fail = 0 ] || return 1
-  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS -lgtest_main -lgtest &&
-    nvcc -o $B/bench_matmul $B/bench.o $B/w4.o $B/gv.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS
+  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/sw.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS -lgtest_main -lgtest &&
+    nvcc -o $B/bench_matmul $B/bench.o $B/w4.o $B/gv.o $B/sw.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS
 }
 if [ -z "${STANDALONE:-}" ] && build_cmake; then echo "build (cmake): $(( $(date +%s) - t0 )) s"
 else

@@ -198,6 +198,35 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
                                    sms, s);
 }
 
+// The sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) on the same prepared weight: at
+// m ≤ SWEEP_M_MAX rows and k ≤ 4096 (its default plan holds all of k in one CTA), where it measured
+// faster than the sm80 kernel on an H100 (docs/perf.md, session 18); the sm80 kernel keeps the rest.
+constexpr int64_t SWEEP_M_MAX = 2;
+
+std::string accepts_w4a16_sweep(const matmul_args& a) {
+    std::string why = accepts_w4a16_sm80(a);
+    if (!why.empty()) return why;
+    if (a.m > SWEEP_M_MAX)
+        return "m = " + std::to_string(a.m) + " > " + std::to_string(SWEEP_M_MAX) +
+               ": the sm80 kernel (the sweep kernel measured slower at larger batches)";
+    const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
+    if (d.k_groups > W4A16_SWEEP_K_GROUPS_MAX)
+        return "k = " + std::to_string(a.k) + " > " + std::to_string(W4A16_SWEEP_K_GROUPS_MAX * w4a16::GROUP_K) +
+               ": a CTA of the sweep kernel holds all of k (split plans measured slower); the sm80 kernel takes it";
+    return w4a16_sweep_why_not(w4a16_sweep_plan_of(a.n, a.k, a.m), a.m);
+}
+
+void launch_w4a16_sweep(backend& be, const matmul_args& a) {
+    cudaStream_t s = stream_of(be);
+    w4a16_sweep_config cfg;
+    cfg.pdl = pdl_enabled(be) ? 1 : 0;
+    const w4a16_sweep_plan pl = w4a16_sweep_plan_of(a.n, a.k, a.m, cfg);
+    w4a16_sm80_workspace need;
+    need.partial_bytes = pl.partial_bytes, need.counter_count = pl.counter_count;
+    matmul_nvfp4_w4a16_sweep_launch(a.x.data, a.m, device_weight(*a.w, a.n, a.k), a.out.data,
+                                    bind_workspace(be, s, need), s, cfg);
+}
+
 // The fused large-M kernel (matmul_nvfp4_w4a16_wgmma_sm90.cu) where it measured faster than
 // dequant + cuBLASLt on an H100 (docs/perf.md, session 15): 64 < m ≤ 2048; at m = 4096 the dequant
 // is a small share and cuBLAS's GEMM is faster. (The launcher picks its token tile per shape.)
@@ -272,6 +301,12 @@ void register_matmul_silu_sm80(kernel_registry& r) {
     r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_two_step_cuda",
                                         cuda_req(0, {dtype::F32, dtype::BF16, dtype::F16}), 0, nullptr,
                                         matmul_silu_two_step));
+}
+
+// Priority 15, above the sm80 (10) and wgmma (12) entries: accepts() holds the measured range.
+void register_matmul_nvfp4_w4a16_sweep_sm80(kernel_registry& r) {
+    r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sweep_sm80", packed_req(), 15,
+                                   accepts_w4a16_sweep, launch_w4a16_sweep));
 }
 
 // Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,

@@ -9,6 +9,7 @@ namespace cuda {
 void register_matmul(kernel_registry& r) {
     register_matmul_nvfp4_w4a16_sm80(r);
     register_matmul_nvfp4_w4a16_gemv_sm80(r);
+    register_matmul_nvfp4_w4a16_sweep_sm80(r);
     register_matmul_nvfp4_w4a16_wgmma_sm90(r);
     register_matmul_silu_sm80(r);
     register_matmul_dense_bf16_cublaslt(r);

@@ -1,4 +1,4 @@
-// GPU matmul kernels vs the CPU oracle (label gpu): W4A16 NVFP4 (decode stream-K kernel, small-M
+// GPU matmul kernels vs the CPU oracle (label gpu): W4A16 NVFP4 (decode stream-K and sweep kernels, small-M
 // mma.sync kernels v1/v2 under several plans, and the dequant + cuBLASLt large-M path) and dense
 // bf16 (cuBLASLt). The reference dequantizes with
 // src/nvfp4 (reference/nvfp4-format.md §3.3) and multiplies in double. Odd shapes (k a multiple of
@@ -199,6 +199,18 @@ std::vector<uint16_t> run_gemv(const dev_weight& dw, const std::vector<uint16_t>
     ws.partial_bytes = pl.partial_bytes, ws.counter_count = pl.counter_count;
     return run_guarded(x, m, dw.w.n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
         cuda::matmul_nvfp4_w4a16_gemv_launch(dx, m, dw.w, out, w, sms, 0, cfg);
+    });
+}
+
+// Runs the sweep decode kernel under plan cfg (T = 0: the default plan); checks the guards and that
+// the counters are back at 0.
+std::vector<uint16_t> run_sweep(const dev_weight& dw, const std::vector<uint16_t>& x, int64_t m,
+                                const cuda::w4a16_sweep_config& cfg = {}) {
+    cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(dw.w.n, dw.w.k, m, cfg);
+    cuda::w4a16_sm80_workspace ws;
+    ws.partial_bytes = pl.partial_bytes, ws.counter_count = pl.counter_count;
+    return run_guarded(x, m, dw.w.n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+        cuda::matmul_nvfp4_w4a16_sweep_launch(dx, m, dw.w, out, w, 0, cfg);
     });
 }
 
@@ -447,6 +459,89 @@ TEST(matmul_w4a16_gemv, refuses_x_that_does_not_fit) {
         ADD_FAILURE() << "x [3, 14336] was accepted";
     } catch (const tetra::error& e) {
         EXPECT_NE(std::string(e.what()).find("[3, 14336]"), std::string::npos) << e.what();
+    }
+}
+
+// The sweep kernel: every m it takes, odd shapes (k not a multiple of 64, partial last group and
+// tile), its default plan and forced plans that split k over CTAs (global partials in order), give
+// a warp 2 or 4 groups, or put several tiles in one CTA.
+TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
+    uint32_t seed = 900;
+    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}};
+    const int plans[][3] = {{0, 0, 0}, {1, 1, 1}, {2, 2, 1}, {1, 4, 1}, {4, 2, 2}, {8, 1, 1}, {2, 8, 4}, {1, 8, 8}};
+    for (const shape& s : shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 1);
+        for (int64_t m = 1; m <= cuda::W4A16_SWEEP_M_MAX; ++m) {
+            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
+            std::vector<double> ref, mag;
+            oracle(x, m, wf, s.n, s.k, ref, mag);
+            int ran = 0;
+            for (const auto& pn : plans) {
+                cuda::w4a16_sweep_config cfg;
+                cfg.T = pn[0], cfg.G = pn[1], cfg.S = pn[2];
+                cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(s.n, s.k, m, cfg);
+                if (!cuda::w4a16_sweep_why_not(pl, m).empty()) continue;  // e.g. G clamped to k's groups
+                ++ran;
+                std::string what = "sweep n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" +
+                                   std::to_string(m) + " plan " + std::to_string(pl.T) + "/" + std::to_string(pl.G) +
+                                   "/" + std::to_string(pl.S) + " x" + std::to_string(pl.n_gr);
+                expect_close(run_sweep(dw, x, m, cfg), ref, mag, s.k, what.c_str());
+            }
+            EXPECT_GE(ran, 3) << "n=" << s.n << " k=" << s.k;
+        }
+    }
+}
+
+TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
+    host_weight hw = random_weight(100, 1040, 906);
+    hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;  // NaN block scale: row 3 is NaN for every m
+    std::vector<float> wf = dequant_host(hw);
+    dev_weight dw(hw, 1);
+    cuda::w4a16_sweep_config split;
+    split.T = 2, split.G = 1, split.S = 1;  // every group its own CTA: the cross-CTA sum
+    for (int64_t m : {1, 2, 5, 8}) {
+        std::vector<uint16_t> x = random_bf16(m * hw.k, 910 + uint32_t(m));
+        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;  // NaN activation: one output row NaN
+        x[size_t((m - 1) * hw.k + 700)] = 0x7F80;                      // +Inf: ±Inf or NaN in the last row
+        std::vector<double> ref, mag;
+        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        ASSERT_TRUE(std::isnan(ref[3]));
+        expect_close(run_sweep(dw, x, m), ref, mag, hw.k, ("sweep nan m=" + std::to_string(m)).c_str());
+        expect_close(run_sweep(dw, x, m, split), ref, mag, hw.k, ("sweep nan split m=" + std::to_string(m)).c_str());
+    }
+    // a batch's rows equal each row alone, bit for bit, and two launches agree (default and split plans)
+    host_weight hw2 = random_weight(4096, 4096, 907);
+    dev_weight dw2(hw2, 1);
+    std::vector<uint16_t> x = random_bf16(8 * hw2.k, 908);
+    for (const cuda::w4a16_sweep_config& cfg : {cuda::w4a16_sweep_config{}, split}) {
+        std::vector<uint16_t> out8 = run_sweep(dw2, x, 8, cfg), again = run_sweep(dw2, x, 8, cfg);
+        EXPECT_EQ(out8, again) << "two launches differ (nondeterministic reduction or stale counters)";
+        for (int64_t r : {0, 1, 6, 7}) {
+            std::vector<uint16_t> xr(x.begin() + r * hw2.k, x.begin() + (r + 1) * hw2.k);
+            std::vector<uint16_t> out1 = run_sweep(dw2, xr, 1, cfg);
+            EXPECT_EQ(0, std::memcmp(out1.data(), out8.data() + r * hw2.n, size_t(hw2.n) * 2)) << "row " << r;
+        }
+    }
+}
+
+// Plans and row counts the kernel cannot run are refused with the reason, not run wrongly.
+TEST(matmul_w4a16_sweep, refuses_what_it_cannot_run) {
+    host_weight hw = random_weight(32, 1024, 909);
+    dev_weight dw(hw, 1);
+    dbuf x(size_t(9 * hw.k) * 2), out(size_t(9 * hw.n) * 2);
+    cuda::w4a16_sweep_config wide;
+    wide.T = 8, wide.G = 2, wide.S = 2;  // 16 warps
+    const std::pair<int64_t, cuda::w4a16_sweep_config> bad[] = {{9, {}}, {1, wide}};
+    const char* want[] = {"m = 9", "at most 8 warps"};
+    for (int i = 0; i < 2; ++i) {
+        try {
+            cuda::matmul_nvfp4_w4a16_sweep_launch(x.p, bad[i].first, dw.w, out.p, {}, 0, bad[i].second);
+            ADD_FAILURE() << "case " << i << " was accepted";
+        } catch (const tetra::error& e) {
+            EXPECT_NE(std::string(e.what()).find(want[i]), std::string::npos) << e.what();
+        }
     }
 }
 
@@ -790,16 +885,18 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         a.x = x, a.out = out, a.w = &w, a.m = m, a.n = hw.n, a.k = hw.k;
         return a;
     };
-    for (int64_t m : {1, 8, 16, 17, 100}) {
+    for (int64_t m : {1, 2, 3, 8, 16, 17, 100}) {
         std::vector<uint16_t> x = random_bf16(m * hw.k, 22 + uint32_t(m));
         tensor xd = be->upload(tensor::view(dtype::BF16, {m, hw.k}, x.data()));
         tensor out = be->alloc(dtype::BF16, {m, hw.n});
         std::vector<uint16_t> got(size_t(m * hw.n));
         std::vector<double> ref, mag;
         matmul_args a = args_for(xd, out, dw, m);
-        // m ≤ 8: the decode kernel or the sm80 one (their priorities follow docs/perf.md's numbers)
+        // m ≤ 2 (k ≤ 4096): the sweep kernel; m ≤ 8: the sm80 one (the priorities follow docs/perf.md)
         std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
-        if (m <= cuda::W4A16_GEMV_M_MAX)
+        if (m <= 2)
+            EXPECT_EQ(sel, "matmul_nvfp4_w4a16_sweep_sm80");
+        else if (m <= cuda::W4A16_GEMV_M_MAX)
             EXPECT_TRUE(sel == "matmul_nvfp4_w4a16_gemv_sm80" || sel == "matmul_nvfp4_w4a16_sm80") << sel;
         else if (m > cuda::W4A16_SM80_SMALL_M_MAX && (be->device().features & FEAT_WGMMA))
             EXPECT_EQ(sel, "matmul_nvfp4_w4a16_wgmma_sm90");  // the fused large-M kernel (sm_90a)
