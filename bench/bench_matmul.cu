@@ -584,9 +584,9 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
     }
 }
 
-// --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80): at m = 1 under every plan (T
-// tiles × G groups per CTA, S warps per tile) that fits the device, at m = 1, 2, 4, 8 under the
-// default plan, beside the sm80 launcher (plain and with PDL; the sweep kernel runs with PDL, as in
+// --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80) at m = 1, 2, 4, 8 under every
+// plan that holds all of k in one CTA (T tiles, S warps per tile) and fits the device, x staged in
+// shared memory or read directly, beside the sm80 launcher (plain and with PDL; the sweep kernel runs with PDL, as in
 // decode), on Llama-3.1-8B's and Qwen3-30B-A3B's attention shapes; graph µs. Each sweep output is
 // compared with the launcher's (max |diff| / max |ref| over the m rows: f32 sums of the same exact
 // products in other orders, so within bf16 rounding, ~4e-3).
@@ -604,7 +604,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
         for (int T : {1, 2, 4, 8})
             for (int S : {1, 2, 4, 8})
                 for (int GS : {1, 2, 4}) {
-                    if (T * S > 8 || S * GS > b.d.k_groups) continue;
+                    if (T * S > 8 || S * GS != b.d.k_groups) continue;  // split plans measured slower (session 18)
                     cuda::w4a16_sweep_config c;
                     c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
                     if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
@@ -638,8 +638,10 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
             }
             cuda::matmul_nvfp4_w4a16_sm80_launch(b.x, m, b.ws[0], b.out, b.wsp, sms, g_stream);
             fetch(m, ref);
-            for (size_t ci = 0; ci < (m == 1 ? cfgs.size() : 1); ++ci) {
-                const cuda::w4a16_sweep_config& c = cfgs[ci];
+            for (size_t cj = 1; cj < 2 * cfgs.size(); ++cj) {  // [0]: the default plan with its own x path
+                const size_t ci = cj / 2;
+                cuda::w4a16_sweep_config c = cfgs[ci];
+                c.x_direct = ci == 0 ? -1 : int(cj % 2);
                 cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, m, c);
                 if (!cuda::w4a16_sweep_why_not(pl, m).empty() || pl.smem > size_t(optin)) continue;
                 double tg = median_graph_us([&] {
@@ -653,8 +655,8 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                     mx = std::max(mx, double(std::fabs(bf(ref[i]))));
                     md = std::max(md, double(std::fabs(bf(ref[i]) - bf(got[i]))));
                 }
-                std::printf("| %s %ldx%ld | %ld | sweep%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n, b.k, m,
-                            ci == 0 ? " default" : "", pl.T, pl.G, pl.S, pl.n_tb * pl.n_gr, tg,
+                std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n, b.k, m,
+                            ci == 0 ? " default" : "", pl.x_direct ? " x direct" : "", pl.T, pl.G, pl.S, pl.n_tb * pl.n_gr, tg,
                             100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
                 std::fflush(stdout);
             }

@@ -27,7 +27,7 @@ namespace cuda {
 void register_matmul_nvfp4_w4a16_sm80(kernel_registry& r);
 void register_matmul_silu_sm80(kernel_registry& r);  // "matmul_silu": fused W4A16 + two-step
 void register_matmul_nvfp4_w4a16_gemv_sm80(kernel_registry& r);  // m ≤ 8, same prepared weight
-void register_matmul_nvfp4_w4a16_sweep_sm80(kernel_registry& r);  // m ≤ 2, k ≤ 4096, same prepared weight
+void register_matmul_nvfp4_w4a16_sweep_sm80(kernel_registry& r);  // small m, k ≤ 4096, same prepared weight
 void register_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r);  // large m, sm_90a, same prepared weight
 void register_matmul_dense_bf16_cublaslt(kernel_registry& r);
 void register_matmul_dense_bf16_gemv_sm80(kernel_registry& r);  // small (router) weights, PDL
@@ -169,21 +169,26 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
 
 // ---- W4A16 sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) --------------------------------
 // m ≤ 8 on the same re-laid weight: many short CTAs, each copying T tiles × G groups of the weight to
-// shared memory before its PDL wait (T·S warps, S per tile, G / S groups each). Workspace:
-// partial ≥ the plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every
-// launch leaves them zero). Deterministic; the plan depends on the weight shape alone.
-constexpr int64_t W4A16_SWEEP_M_MAX = 8;        // rows the kernel takes (the registry: fewer, matmul_nvfp4_w4a16_glue.cpp)
+// shared memory before its PDL wait (T·S warps, S per tile, G / S groups each); x staged per CTA or
+// read by each lane through L1. Workspace (plans that split k over CTAs, n_gr > 1): partial ≥ the
+// plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every launch leaves
+// them zero). Deterministic; a row's arithmetic depends on the weight shape alone (not on m).
+constexpr int64_t W4A16_SWEEP_M_MAX = 8;         // rows the kernel takes
+constexpr int64_t W4A16_SWEEP_SELECT_M_MAX = 8;  // rows the registry gives it (matmul_nvfp4_w4a16_glue.cpp)
 constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default plan (k ≤ 4096): one CTA holds all of k
 struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
     int T = 0, G = 0, S = 0;
+    int x_direct = -1;  // 1: x read through L1, 0: staged in shared memory, -1: the plan's choice
     int pdl = 0;
-    int no_math = 0;  // the copies and waits alone (bench: the access pattern's ceiling)
+    int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
 };
 struct w4a16_sweep_plan {
     int T = 8, G = 1, S = 1, n_tb = 0, n_gr = 0;
+    bool x_direct = false;
     size_t smem = 0, partial_bytes = 0, counter_count = 0;
 };
-w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m_max, const w4a16_sweep_config& cfg = {});
+// The plan for m rows (T and the x path depend on m; the arithmetic does not).
+w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg = {});
 std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m);  // "" when the launch is valid
 void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                      const w4a16_sm80_workspace& ws, cudaStream_t s,

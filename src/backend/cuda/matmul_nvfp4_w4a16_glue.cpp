@@ -199,15 +199,15 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
 }
 
 // The sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) on the same prepared weight: at
-// m ≤ SWEEP_M_MAX rows and k ≤ 4096 (its default plan holds all of k in one CTA), where it measured
-// faster than the sm80 kernel on an H100 (docs/perf.md, session 18); the sm80 kernel keeps the rest.
-constexpr int64_t SWEEP_M_MAX = 2;
+// m ≤ W4A16_SWEEP_SELECT_M_MAX rows and k ≤ 4096 (its default plan holds all of k in one CTA), where
+// it measured faster than the sm80 kernel on an H100 (docs/perf.md, session 18); the sm80 kernel
+// keeps the rest.
 
 std::string accepts_w4a16_sweep(const matmul_args& a) {
     std::string why = accepts_w4a16_sm80(a);
     if (!why.empty()) return why;
-    if (a.m > SWEEP_M_MAX)
-        return "m = " + std::to_string(a.m) + " > " + std::to_string(SWEEP_M_MAX) +
+    if (a.m > W4A16_SWEEP_SELECT_M_MAX)
+        return "m = " + std::to_string(a.m) + " > " + std::to_string(W4A16_SWEEP_SELECT_M_MAX) +
                ": the sm80 kernel (the sweep kernel measured slower at larger batches)";
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
     if (d.k_groups > W4A16_SWEEP_K_GROUPS_MAX)

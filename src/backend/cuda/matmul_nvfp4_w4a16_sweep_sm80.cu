@@ -53,11 +53,12 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 // One chunk: lane (g, t)'s 16 code bytes q, its two e4m3 scales (rows g, g+8), x row g (row 0 for
-// rows ≥ m: a B column reaches only its own D column, never stored) at k 16t of the chunk.
-__device__ __forceinline__ void sweep_chunk(const uint4& q, uint32_t two, const uint4* xr, float (&acc)[4]) {
+// rows ≥ m: a B column reaches only its own D column, never stored) at k 16t .. 16t+15 of the chunk
+// (blo, bhi).
+__device__ __forceinline__ void sweep_chunk(const uint4& q, uint32_t two, const uint4& blo, const uint4& bhi,
+                                            float (&acc)[4]) {
     uint32_t s0, s1;
     scales_to_bf16x2(two, s0, s1);
-    const uint4 blo = xr[0], bhi = xr[1];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         uint32_t a[4];
@@ -77,9 +78,30 @@ __host__ __device__ constexpr size_t sweep_smem(int warps, int gs, int m, int G)
     return (sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 / 4) * 16;
 }
 
+// x of the CTA's groups (zeros past k) into shared memory by every thread, up to 4 loads in flight
+// per thread before their stores (a load-then-store loop left the L2 round trips of m rows serial).
+__device__ __forceinline__ void stage_x(const sweep_params& p, __nv_bfloat16* xs, int xrow, int kx0) {
+    const int xv = p.G * (GROUP_K / 8), total = p.m * xv;
+    for (int v0 = threadIdx.x; v0 < total; v0 += 4 * blockDim.x) {
+        uint4 val[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int v = v0 + j * blockDim.x, r = v / xv, kg = kx0 + (v - r * xv) * 8;
+            val[j] = v < total && kg < p.k ? __ldg(reinterpret_cast<const uint4*>(p.x + size_t(r) * p.k + kg))
+                                           : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int v = v0 + j * blockDim.x, r = v / xv;
+            if (v < total) *reinterpret_cast<uint4*>(xs + r * xrow + (v - r * xv) * 8) = val[j];
+        }
+    }
+}
+
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
-// ceiling, for the bench).
-template <int GS, bool MATH>
+// ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
+// instead of staged in shared memory.
+template <int GS, bool MATH, bool XD>
 __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p) {
     extern __shared__ uint4 smem[];
     __shared__ int s_last;
@@ -107,18 +129,14 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     pdl_wait();
     pdl_trigger();
 
-    // x of the CTA's groups (zeros past k), by every thread; then one barrier.
-    const int xrow = p.G * GROUP_K + X_PAD, kx0 = gr * p.G * GROUP_K;
+    const int xrow = p.G * GROUP_K + X_PAD, row = g < p.m ? g : 0;
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + sweep_x_off(W, GS));
-    for (int v = threadIdx.x; v < p.m * p.G * (GROUP_K / 8); v += blockDim.x) {
-        const int r = v / (p.G * (GROUP_K / 8)), kk = (v % (p.G * (GROUP_K / 8))) * 8, kg = kx0 + kk;
-        const uint4 val = kg < p.k ? __ldg(reinterpret_cast<const uint4*>(p.x + size_t(r) * p.k + kg)) : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(xs + r * xrow + kk) = val;
+    if (!XD) {
+        stage_x(p, xs, xrow, gr * p.G * GROUP_K);
+        __syncthreads();
     }
-    __syncthreads();
 
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const __nv_bfloat16* xw = xs + (g < p.m ? g : 0) * xrow + s * GS * GROUP_K + 16 * t;
     uint32_t sink = 0;
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
@@ -129,13 +147,23 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
         __syncwarp();
         const uint4* q = wu + u * UNIT_U4 + lane;
         const uint4 sc = q[GROUP_CHUNKS * 32];
-        const uint4* xr = reinterpret_cast<const uint4*>(xw + u * GROUP_K);
+        const int k0 = (gw0 + u) * GROUP_K + 16 * t;  // the lane's k in chunk 0 of the unit
+        const uint4* xr = XD ? reinterpret_cast<const uint4*>(p.x + size_t(row) * p.k + (k0 < p.k ? k0 : 0))
+                             : reinterpret_cast<const uint4*>(xs + row * xrow + (s * GS + u) * GROUP_K + 16 * t);
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; i += 2) {
             const uint32_t two = word_of(sc, i >> 1);
             if (MATH) {
-                sweep_chunk(q[32 * i], two, xr + i * (CHUNK_K / 8), acc[0]);
-                sweep_chunk(q[32 * (i + 1)], two >> 16, xr + (i + 1) * (CHUNK_K / 8), acc[1]);
+                uint4 xq[4];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const bool in = !XD || k0 + (i + h) * CHUNK_K < p.k;  // k is a multiple of 16: a lane's 16 are in or out
+                    xq[2 * h] = in ? (XD ? __ldg(xr + (i + h) * (CHUNK_K / 8)) : xr[(i + h) * (CHUNK_K / 8)]) : make_uint4(0, 0, 0, 0);
+                    xq[2 * h + 1] = in ? (XD ? __ldg(xr + (i + h) * (CHUNK_K / 8) + 1) : xr[(i + h) * (CHUNK_K / 8) + 1])
+                                       : make_uint4(0, 0, 0, 0);
+                }
+                sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
+                sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);
             } else {
                 const uint4 a = q[32 * i], b = q[32 * (i + 1)];
                 sink ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ two;
@@ -147,7 +175,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     for (int e = 0; e < 4; ++e) acc[0][e] += acc[1][e];
 
     // Warp sums → shared memory; a tile's S warps added in warp order.
-    float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, p.m, p.G));
+    float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[(warp * 16 + g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1)] = acc[0][e];
     __syncthreads();
@@ -193,9 +221,9 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     if (threadIdx.x == 0) p.counters[tb] = 0;  // ready for the next launch / graph replay
 }
 
-template <int GS, bool MATH>
+template <int GS, bool MATH, bool XD>
 void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
-    auto kern = sweep_kernel<GS, MATH>;
+    auto kern = sweep_kernel<GS, MATH, XD>;
     static bool attr_set = false;
     if (!attr_set) {
         int dev = 0, optin = 0;
@@ -210,29 +238,39 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
     launch_on(kern, dim3(unsigned(p.n_tb * p.n_gr)), dim3(unsigned(32 * p.T * p.S)), smem, s, pdl, p);
 }
 
+template <int GS>
+void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, bool math, bool xd) {
+    if (!math) launch_gs<GS, false, false>(p, smem, s, pdl);
+    else if (xd) launch_gs<GS, true, true>(p, smem, s, pdl);
+    else launch_gs<GS, true, false>(p, smem, s, pdl);
+}
+
 }  // namespace
 
-w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m_max, const w4a16_sweep_config& cfg) {
+w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
     w4a16_sweep_plan pl;
     if (cfg.T > 0) {
         pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
     } else {
-        // The default (docs/perf.md, session 18): every group of k in one CTA (no cross-CTA sum: the
-        // split plans measured slower on every shape), 8 warps. Two groups per warp and two tiles
-        // per CTA where the grid is small (o_proj, qkv: 5.9 / 8.2 µs against 6.4 / 8.5 with one
-        // group per warp), one group per warp on one tile for the large ones (gate+up).
+        // The default (bench_matmul --sweep on an H100, docs/perf.md session 18): all of k in one CTA
+        // (the plans that split k over CTAs measured slower on every shape); two groups per warp
+        // where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
+        // rows staged per CTA serve two tiles). Only T and the x path depend on m, never the
+        // arithmetic: a row's sums are the same at every m.
         pl.G = int(d.k_groups);
-        const int gs = (pl.G % 2 == 0 && pl.G >= 4 && d.n_tiles < 1024) ? 2 : 1;
-        pl.S = std::min(SW_MAX_WARPS, pl.G / gs);
-        if (pl.S * gs != pl.G) pl.S = pl.G;  // odd or > 8 groups: one group per warp (may exceed 8: why_not)
-        pl.T = std::max(1, SW_MAX_WARPS / pl.S);
+        const int gs = pl.G % 2 == 0 ? 2 : 1;
+        pl.S = pl.G / gs;
+        pl.T = m <= 1 || 2 * pl.S > SW_MAX_WARPS ? 1 : 2;
     }
+    // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024
+    // tiles) each lane reads its x from global memory through L1 instead.
+    pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0 : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
     pl.n_tb = int((d.n_tiles + pl.T - 1) / pl.T);
     pl.n_gr = int((d.k_groups + pl.G - 1) / pl.G);
     const int gs = pl.S > 0 ? std::max(1, pl.G / pl.S) : 1;
-    pl.smem = sweep_smem(pl.T * pl.S, gs, int(std::max<int64_t>(m_max, 1)), pl.G);
-    pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(m_max) * 4 : 0;
+    pl.smem = sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(std::max<int64_t>(m, 1)), pl.G);
+    pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(std::max<int64_t>(m, 1)) * 4 : 0;
     pl.counter_count = pl.n_gr > 1 ? size_t(pl.n_tb) : 0;
     return pl;
 }
@@ -267,9 +305,9 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
     p.alpha = w.scale_global * 256.0f;
     const bool pdl = cfg.pdl != 0, math = cfg.no_math == 0;
     switch (pl.G / pl.S) {
-        case 1: math ? launch_gs<1, true>(p, pl.smem, s, pdl) : launch_gs<1, false>(p, pl.smem, s, pdl); break;
-        case 2: math ? launch_gs<2, true>(p, pl.smem, s, pdl) : launch_gs<2, false>(p, pl.smem, s, pdl); break;
-        default: math ? launch_gs<4, true>(p, pl.smem, s, pdl) : launch_gs<4, false>(p, pl.smem, s, pdl); break;
+        case 1: launch_modes<1>(p, pl.smem, s, pdl, math, pl.x_direct); break;
+        case 2: launch_modes<2>(p, pl.smem, s, pdl, math, pl.x_direct); break;
+        default: launch_modes<4>(p, pl.smem, s, pdl, math, pl.x_direct); break;
     }
 }
 

@@ -468,7 +468,8 @@ TEST(matmul_w4a16_gemv, refuses_x_that_does_not_fit) {
 TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
     uint32_t seed = 900;
     const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}};
-    const int plans[][3] = {{0, 0, 0}, {1, 1, 1}, {2, 2, 1}, {1, 4, 1}, {4, 2, 2}, {8, 1, 1}, {2, 8, 4}, {1, 8, 8}};
+    const int plans[][4] = {{0, 0, 0, -1}, {0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 1, 0}, {1, 1, 1, 1}, {2, 2, 1, 0},
+                            {1, 4, 1, 1}, {4, 2, 2, 0}, {8, 1, 1, 1}, {2, 8, 4, 0}, {1, 8, 8, 1}};  // T G S x_direct
     for (const shape& s : shapes) {
         host_weight hw = random_weight(s.n, s.k, seed++);
         std::vector<float> wf = dequant_host(hw);
@@ -480,13 +481,14 @@ TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
             int ran = 0;
             for (const auto& pn : plans) {
                 cuda::w4a16_sweep_config cfg;
-                cfg.T = pn[0], cfg.G = pn[1], cfg.S = pn[2];
+                cfg.T = pn[0], cfg.G = pn[1], cfg.S = pn[2], cfg.x_direct = pn[3];
                 cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(s.n, s.k, m, cfg);
                 if (!cuda::w4a16_sweep_why_not(pl, m).empty()) continue;  // e.g. G clamped to k's groups
                 ++ran;
                 std::string what = "sweep n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" +
                                    std::to_string(m) + " plan " + std::to_string(pl.T) + "/" + std::to_string(pl.G) +
-                                   "/" + std::to_string(pl.S) + " x" + std::to_string(pl.n_gr);
+                                   "/" + std::to_string(pl.S) + " x" + std::to_string(pl.n_gr) +
+                                   (pl.x_direct ? " x direct" : "");
                 expect_close(run_sweep(dw, x, m, cfg), ref, mag, s.k, what.c_str());
             }
             EXPECT_GE(ran, 3) << "n=" << s.n << " k=" << s.k;
@@ -499,8 +501,9 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
     hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;  // NaN block scale: row 3 is NaN for every m
     std::vector<float> wf = dequant_host(hw);
     dev_weight dw(hw, 1);
-    cuda::w4a16_sweep_config split;
+    cuda::w4a16_sweep_config split, direct;
     split.T = 2, split.G = 1, split.S = 1;  // every group its own CTA: the cross-CTA sum
+    direct.x_direct = 1;
     for (int64_t m : {1, 2, 5, 8}) {
         std::vector<uint16_t> x = random_bf16(m * hw.k, 910 + uint32_t(m));
         x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;  // NaN activation: one output row NaN
@@ -510,12 +513,13 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
         ASSERT_TRUE(std::isnan(ref[3]));
         expect_close(run_sweep(dw, x, m), ref, mag, hw.k, ("sweep nan m=" + std::to_string(m)).c_str());
         expect_close(run_sweep(dw, x, m, split), ref, mag, hw.k, ("sweep nan split m=" + std::to_string(m)).c_str());
+        expect_close(run_sweep(dw, x, m, direct), ref, mag, hw.k, ("sweep nan x direct m=" + std::to_string(m)).c_str());
     }
     // a batch's rows equal each row alone, bit for bit, and two launches agree (default and split plans)
     host_weight hw2 = random_weight(4096, 4096, 907);
     dev_weight dw2(hw2, 1);
     std::vector<uint16_t> x = random_bf16(8 * hw2.k, 908);
-    for (const cuda::w4a16_sweep_config& cfg : {cuda::w4a16_sweep_config{}, split}) {
+    for (const cuda::w4a16_sweep_config& cfg : {cuda::w4a16_sweep_config{}, split, direct}) {
         std::vector<uint16_t> out8 = run_sweep(dw2, x, 8, cfg), again = run_sweep(dw2, x, 8, cfg);
         EXPECT_EQ(out8, again) << "two launches differ (nondeterministic reduction or stale counters)";
         for (int64_t r : {0, 1, 6, 7}) {
@@ -852,7 +856,19 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
             << "m=" << m;
         if (sel == "matmul_silu_two_step_cuda") continue;  // that kernel is the two steps themselves
         be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
-        be->matmul(xd, dw, gu, matmul_mode::W4A16);
+        if (m <= cuda::W4A16_SWEEP_SELECT_M_MAX) {
+            // backend::matmul runs the sweep kernel there (other summation order): the two-step bits
+            // of version 1 come from the sm80 launcher itself
+            cuda::w4a16_sm80_weight w{dw.codes.data, dw.scales.data, 2 * n_ff, k, dw.scale_global};
+            cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, 2 * n_ff, k, be->device().sm_count);
+            dbuf part(std::max<size_t>(ws.partial_bytes, 4)), cnt(std::max<size_t>(ws.counter_count * 4, 4));
+            ws.partial = part.p, ws.counters = static_cast<int*>(cnt.p);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            cuda::matmul_nvfp4_w4a16_sm80_launch(xd.data, m, w, gu.data, ws, be->device().sm_count, 0);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        } else {
+            be->matmul(xd, dw, gu, matmul_mode::W4A16);
+        }
         be->silu_mul_gate_up(gu, b);
         std::vector<uint16_t> ha(size_t(m * n_ff)), hb(ha.size());
         be->download(a, ha.data()), be->download(b, hb.data());
@@ -885,16 +901,16 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         a.x = x, a.out = out, a.w = &w, a.m = m, a.n = hw.n, a.k = hw.k;
         return a;
     };
-    for (int64_t m : {1, 2, 3, 8, 16, 17, 100}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 16, 17, 100}) {
         std::vector<uint16_t> x = random_bf16(m * hw.k, 22 + uint32_t(m));
         tensor xd = be->upload(tensor::view(dtype::BF16, {m, hw.k}, x.data()));
         tensor out = be->alloc(dtype::BF16, {m, hw.n});
         std::vector<uint16_t> got(size_t(m * hw.n));
         std::vector<double> ref, mag;
         matmul_args a = args_for(xd, out, dw, m);
-        // m ≤ 2 (k ≤ 4096): the sweep kernel; m ≤ 8: the sm80 one (the priorities follow docs/perf.md)
+        // small m (k ≤ 4096): the sweep kernel; m ≤ 8: the sm80 one (the priorities follow docs/perf.md)
         std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
-        if (m <= 2)
+        if (m <= cuda::W4A16_SWEEP_SELECT_M_MAX)
             EXPECT_EQ(sel, "matmul_nvfp4_w4a16_sweep_sm80");
         else if (m <= cuda::W4A16_GEMV_M_MAX)
             EXPECT_TRUE(sel == "matmul_nvfp4_w4a16_gemv_sm80" || sel == "matmul_nvfp4_w4a16_sm80") << sel;
