@@ -585,7 +585,8 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
 }
 
 // --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80) at m = 1, 2, 4, 8 under every
-// plan that holds all of k in one CTA (T tiles, S warps per tile) and fits the device, x staged in
+// plan that holds all of k in one CTA (T tiles, S warps per tile; where k has more than 8 groups,
+// down: the plans of ≤ 14 groups per CTA, k split over CTAs) and fits the device, x staged in
 // shared memory or read directly, beside the sm80 launcher (plain and with PDL; the sweep kernel runs with PDL, as in
 // decode), on Llama-3.1-8B's and Qwen3-30B-A3B's attention shapes; graph µs. Each sweep output is
 // compared with the launcher's (max |diff| / max |ref| over the m rows: f32 sums of the same exact
@@ -601,10 +602,11 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
         bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
         std::vector<cuda::w4a16_sweep_config> cfgs(1);  // [0]: the default plan
         cfgs[0].pdl = 1;
+        const bool split = b.d.k_groups > cuda::W4A16_SWEEP_K_GROUPS_MAX;  // down: only plans that split k
         for (int T : {1, 2, 4, 8})
-            for (int S : {1, 2, 4, 8})
+            for (int S : {1, 2, 4, 7, 8})
                 for (int GS : {1, 2, 4}) {
-                    if (T * S > 8 || S * GS != b.d.k_groups) continue;  // split plans measured slower (session 18)
+                    if (T * S > 8 || (split ? S * GS > 14 || T > 2 : S * GS != b.d.k_groups)) continue;
                     cuda::w4a16_sweep_config c;
                     c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
                     if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
