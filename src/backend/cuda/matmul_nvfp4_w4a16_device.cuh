@@ -61,6 +61,20 @@ __device__ __forceinline__ void a_regs(const uint4& q, int j, uint32_t s0, uint3
     a[3] = bf16x2_mul(a[3], s1);
 }
 
+// One chunk's 4 MMAs into one n8 tile: lane (g, t)'s 16 code bytes q, its rows' scales (s0: row g,
+// s1: row g+8, from scales_to_bf16x2) and its x row's 16 k of the chunk (blo: k 16t..16t+7, bhi:
+// 16t+8..16t+15) as the B operand. The decode kernels (gemv, sweep) of up to 8 rows.
+__device__ __forceinline__ void chunk_mma_n8(const uint4& q, uint32_t s0, uint32_t s1, const uint4& blo, const uint4& bhi,
+                                             float (&acc)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t a[4];
+        a_regs(q, j, s0, s1, a);
+        const uint4& b = j < 2 ? blo : bhi;
+        mma16816<__nv_bfloat16>(acc, a[0], a[1], a[2], a[3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
+    }
+}
+
 // ---- CUDA-core use of a chunk (no mma): the f32-activation and grouped fallback kernels ---------
 // This lane's 16 weights of rows g (w0) and g+8 (w1) of a chunk, k 16t … 16t+15 ascending, as f32
 // (exact: the bf16 products of a_regs are exact, and bf16 → f32 is exact).

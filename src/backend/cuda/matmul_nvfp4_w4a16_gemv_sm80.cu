@@ -86,13 +86,7 @@ __device__ __forceinline__ void compute_slot(const gemv_params& p, const uint4* 
     }
     uint32_t s0, s1;
     scales_to_bf16x2((ch & 1) ? sw >> 16 : sw, s0, s1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        uint32_t a[4];
-        a_regs(q, j, s0, s1, a);
-        const uint4& b = j < 2 ? xl : xh;
-        mma16816<__nv_bfloat16>(acc, a[0], a[1], a[2], a[3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
-    }
+    chunk_mma_n8(q, s0, s1, xl, xh, acc);
 }
 
 // Partial slot of warp w's segment of tile T (a run has at most two split segments, its first

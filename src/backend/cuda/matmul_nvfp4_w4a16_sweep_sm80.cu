@@ -59,13 +59,7 @@ __device__ __forceinline__ void sweep_chunk(const uint4& q, uint32_t two, const 
                                             float (&acc)[4]) {
     uint32_t s0, s1;
     scales_to_bf16x2(two, s0, s1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        uint32_t a[4];
-        a_regs(q, j, s0, s1, a);
-        const uint4& b = j < 2 ? blo : bhi;
-        mma16816<__nv_bfloat16>(acc, a[0], a[1], a[2], a[3], (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
-    }
+    chunk_mma_n8(q, s0, s1, blo, bhi, acc);
 }
 
 // Shared memory (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD] bf16,

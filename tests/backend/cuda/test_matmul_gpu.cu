@@ -371,48 +371,73 @@ TEST(matmul_w4a16_sm80, small_kernel_versions_and_plans) {
     }
 }
 
+// Every shape × m = 1..m_max, each with a fresh random weight (seed, seed + 1, … per shape, then
+// per m) and x, and its oracle: fn(dw, s, m, x, ref, mag) checks one case.
+template <class F>
+void for_shapes_and_rows(std::initializer_list<shape> shapes, int64_t m_max, uint32_t seed, F&& fn) {
+    for (const shape& s : shapes) {
+        host_weight hw = random_weight(s.n, s.k, seed++);
+        std::vector<float> wf = dequant_host(hw);
+        dev_weight dw(hw, 1);
+        for (int64_t m = 1; m <= m_max; ++m) {
+            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
+            std::vector<double> ref, mag;
+            oracle(x, m, wf, s.n, s.k, ref, mag);
+            fn(dw, s, m, x, ref, mag);
+        }
+    }
+}
+
 // The decode kernel: every m it takes, odd shapes, and plans that split tiles over many warps
 // (min_chunks 1), runs spanning several tiles (1 SM), and the three occupancy variants.
 TEST(matmul_w4a16_gemv, matches_oracle_odd_shapes_every_m) {
-    uint32_t seed = 300;
-    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 48}};
     struct variant { cuda::w4a16_gemv_config cfg; int sms; const char* what; };
     cuda::w4a16_gemv_config one_chunk, one_cta, three_ctas;
     one_chunk.min_chunks = 1, one_cta.ctas_per_sm = 1, three_ctas.ctas_per_sm = 3;
     const variant variants[] = {{{}, 0, "default"},          {one_chunk, 0, "min_chunks 1"},
                                 {{}, 1, "1 SM"},             {one_cta, 0, "1 CTA/SM"},
                                 {three_ctas, 0, "3 CTAs/SM"}, {one_chunk, 3, "3 SMs, min_chunks 1"}};
-    for (const shape& s : shapes) {
-        host_weight hw = random_weight(s.n, s.k, seed++);
-        std::vector<float> wf = dequant_host(hw);
-        dev_weight dw(hw, 1);
-        for (int64_t m = 1; m <= cuda::W4A16_GEMV_M_MAX; ++m) {
-            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
-            std::vector<double> ref, mag;
-            oracle(x, m, wf, s.n, s.k, ref, mag);
-            for (const variant& v : variants) {
-                if (m % 5 != 1 && v.sms != 0) continue;  // the small-SM plans at m = 1, 6, 11, 16
-                std::string what = "gemv n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
-                                   " m=" + std::to_string(m) + " " + v.what;
-                expect_close(run_gemv(dw, x, m, v.cfg, v.sms), ref, mag, s.k, what.c_str());
-            }
-        }
-    }
+    for_shapes_and_rows({{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 48}},
+                        cuda::W4A16_GEMV_M_MAX, 300,
+                        [&](const dev_weight& dw, const shape& s, int64_t m, const std::vector<uint16_t>& x,
+                            const std::vector<double>& ref, const std::vector<double>& mag) {
+                            for (const variant& v : variants) {
+                                if (m % 5 != 1 && v.sms != 0) continue;  // the small-SM plans at m = 1, 6, 11, 16
+                                std::string what = "gemv n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                                                   " m=" + std::to_string(m) + " " + v.what;
+                                expect_close(run_gemv(dw, x, m, v.cfg, v.sms), ref, mag, s.k, what.c_str());
+                            }
+                        });
 }
 
+// The NaN / Inf case of the decode kernels: a [100, 1040] weight whose row 3 has a NaN block scale
+// (NaN for every m), and x of m rows with a NaN activation (one output row NaN) and a +Inf (±Inf or
+// NaN in the last row); ref and mag from the oracle.
+struct nan_inf_case {
+    host_weight hw;
+    std::vector<float> wf;
+    explicit nan_inf_case(uint32_t seed) : hw(random_weight(100, 1040, seed)) {
+        hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;
+        wf = dequant_host(hw);
+    }
+    std::vector<uint16_t> x_of(int64_t m, uint32_t seed, std::vector<double>& ref, std::vector<double>& mag) const {
+        std::vector<uint16_t> x = random_bf16(m * hw.k, seed);
+        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;
+        x[size_t((m - 1) * hw.k + 700)] = 0x7F80;
+        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        return x;
+    }
+};
+
 TEST(matmul_w4a16_gemv, nan_inf_parity) {
-    host_weight hw = random_weight(100, 1040, 6);
-    hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;  // NaN block scale: row 3 is NaN for every m
-    std::vector<float> wf = dequant_host(hw);
+    const nan_inf_case nc(6);
+    const host_weight& hw = nc.hw;
     dev_weight dw(hw, 1);
     cuda::w4a16_gemv_config one_chunk;
     one_chunk.min_chunks = 1;
     for (int64_t m : {1, 2, 5, 8}) {
-        std::vector<uint16_t> x = random_bf16(m * hw.k, 10 + uint32_t(m));
-        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;  // NaN activation: one output row NaN
-        x[size_t((m - 1) * hw.k + 700)] = 0x7F80;                      // +Inf: ±Inf or NaN in the last row
         std::vector<double> ref, mag;
-        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        std::vector<uint16_t> x = nc.x_of(m, 10 + uint32_t(m), ref, mag);
         ASSERT_TRUE(std::isnan(ref[3]));
         expect_close(run_gemv(dw, x, m), ref, mag, hw.k, ("gemv nan m=" + std::to_string(m)).c_str());
         expect_close(run_gemv(dw, x, m, one_chunk), ref, mag, hw.k, ("gemv nan split m=" + std::to_string(m)).c_str());
@@ -466,18 +491,12 @@ TEST(matmul_w4a16_gemv, refuses_x_that_does_not_fit) {
 // tile), its default plan and forced plans that split k over CTAs (global partials in order), give
 // a warp 2 or 4 groups, or put several tiles in one CTA.
 TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
-    uint32_t seed = 900;
-    const shape shapes[] = {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}};
     const int plans[][4] = {{0, 0, 0, -1}, {0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 1, 0}, {1, 1, 1, 1}, {2, 2, 1, 0},
                             {1, 4, 1, 1}, {4, 2, 2, 0}, {8, 1, 1, 1}, {2, 8, 4, 0}, {1, 8, 8, 1}};  // T G S x_direct
-    for (const shape& s : shapes) {
-        host_weight hw = random_weight(s.n, s.k, seed++);
-        std::vector<float> wf = dequant_host(hw);
-        dev_weight dw(hw, 1);
-        for (int64_t m = 1; m <= cuda::W4A16_SWEEP_M_MAX; ++m) {
-            std::vector<uint16_t> x = random_bf16(m * s.k, seed++);
-            std::vector<double> ref, mag;
-            oracle(x, m, wf, s.n, s.k, ref, mag);
+    for_shapes_and_rows(
+        {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}}, cuda::W4A16_SWEEP_M_MAX, 900,
+        [&](const dev_weight& dw, const shape& s, int64_t m, const std::vector<uint16_t>& x, const std::vector<double>& ref,
+            const std::vector<double>& mag) {
             int ran = 0;
             for (const auto& pn : plans) {
                 cuda::w4a16_sweep_config cfg;
@@ -492,24 +511,19 @@ TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
                 expect_close(run_sweep(dw, x, m, cfg), ref, mag, s.k, what.c_str());
             }
             EXPECT_GE(ran, 3) << "n=" << s.n << " k=" << s.k;
-        }
-    }
+        });
 }
 
 TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
-    host_weight hw = random_weight(100, 1040, 906);
-    hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;  // NaN block scale: row 3 is NaN for every m
-    std::vector<float> wf = dequant_host(hw);
+    const nan_inf_case nc(906);
+    const host_weight& hw = nc.hw;
     dev_weight dw(hw, 1);
     cuda::w4a16_sweep_config split, direct;
     split.T = 2, split.G = 1, split.S = 1;  // every group its own CTA: the cross-CTA sum
     direct.x_direct = 1;
     for (int64_t m : {1, 2, 5, 8}) {
-        std::vector<uint16_t> x = random_bf16(m * hw.k, 910 + uint32_t(m));
-        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;  // NaN activation: one output row NaN
-        x[size_t((m - 1) * hw.k + 700)] = 0x7F80;                      // +Inf: ±Inf or NaN in the last row
         std::vector<double> ref, mag;
-        oracle(x, m, wf, hw.n, hw.k, ref, mag);
+        std::vector<uint16_t> x = nc.x_of(m, 910 + uint32_t(m), ref, mag);
         ASSERT_TRUE(std::isnan(ref[3]));
         expect_close(run_sweep(dw, x, m), ref, mag, hw.k, ("sweep nan m=" + std::to_string(m)).c_str());
         expect_close(run_sweep(dw, x, m, split), ref, mag, hw.k, ("sweep nan split m=" + std::to_string(m)).c_str());
