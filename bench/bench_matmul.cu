@@ -8,7 +8,8 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --sweep | --splits | --large | --hot | --pattern | --pattern-bulk | --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --sweep | --splits | --large | --hot | --pattern | --pattern-bulk |
+//               --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -595,7 +596,8 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
     int dev = 0, optin = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n|---|---|---|---|---|---|---|\n");
+    std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n"
+                "|---|---|---|---|---|---|---|\n");
     std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
     shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
     for (const llama_shape& sh : shapes) {
@@ -648,7 +650,8 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                 if (!cuda::w4a16_sweep_why_not(pl, m).empty() || pl.smem > size_t(optin)) continue;
                 double tg = median_graph_us([&] {
                     for (int i = 0; i < 10; ++i)
-                        cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[size_t(i) % b.ws.size()], b.out, sws, g_stream, c);
+                        cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[size_t(i) % b.ws.size()], b.out, sws,
+                                                              g_stream, c);
                 }, 10);
                 cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[0], b.out, sws, g_stream, c);
                 fetch(m, got);
@@ -657,9 +660,9 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                     mx = std::max(mx, double(std::fabs(bf(ref[i]))));
                     md = std::max(md, double(std::fabs(bf(ref[i]) - bf(got[i]))));
                 }
-                std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n, b.k, m,
-                            ci == 0 ? " default" : "", pl.x_direct ? " x direct" : "", pl.T, pl.G, pl.S, pl.n_tb * pl.n_gr, tg,
-                            100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
+                std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n,
+                            b.k, m, ci == 0 ? " default" : "", pl.x_direct ? " x direct" : "", pl.T, pl.G, pl.S,
+                            pl.n_tb * pl.n_gr, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
                 std::fflush(stdout);
             }
         }

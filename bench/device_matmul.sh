@@ -43,7 +43,8 @@ build_standalone() {  # only the matmul files (when someone else's half-written 
   done
   for p in "${pids[@]}"; do wait "$p" || fail=1; done
   [ $fail = 0 ] || return 1
-  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/sw.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS -lgtest_main -lgtest &&
+  nvcc -o $B/test_matmul_gpu $B/test.o $B/w4.o $B/gv.o $B/sw.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS \
+       -lgtest_main -lgtest &&
     nvcc -o $B/bench_matmul $B/bench.o $B/w4.o $B/gv.o $B/sw.o $B/lg.o $B/lt.o $B/wg.o $B/cpu_*.o $LIBS
 }
 if [ -z "${STANDALONE:-}" ] && build_cmake; then echo "build (cmake): $(( $(date +%s) - t0 )) s"

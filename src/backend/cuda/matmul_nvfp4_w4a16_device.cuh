@@ -64,8 +64,8 @@ __device__ __forceinline__ void a_regs(const uint4& q, int j, uint32_t s0, uint3
 // One chunk's 4 MMAs into one n8 tile: lane (g, t)'s 16 code bytes q, its rows' scales (s0: row g,
 // s1: row g+8, from scales_to_bf16x2) and its x row's 16 k of the chunk (blo: k 16t..16t+7, bhi:
 // 16t+8..16t+15) as the B operand. The decode kernels (gemv, sweep) of up to 8 rows.
-__device__ __forceinline__ void chunk_mma_n8(const uint4& q, uint32_t s0, uint32_t s1, const uint4& blo, const uint4& bhi,
-                                             float (&acc)[4]) {
+__device__ __forceinline__ void chunk_mma_n8(const uint4& q, uint32_t s0, uint32_t s1, const uint4& blo,
+                                             const uint4& bhi, float (&acc)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         uint32_t a[4];

@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     for (int u = 0; u < GS; ++u) {
         const int grp = gw0 + u;
         const bool ok = active && grp < p.k_groups;
-        const uint4* src = ok ? p.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
+        const uint4* src =
+            ok ? p.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
 #pragma unroll
         for (int c = 0; c < GROUP_CHUNKS; ++c) cp_async16(wu + u * UNIT_U4 + c * 32 + lane, src + c * 32, ok);
         const uint4* ssrc = ok ? p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane : p.scales;
@@ -151,10 +152,11 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
                 uint4 xq[4];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const bool in = !XD || k0 + (i + h) * CHUNK_K < p.k;  // k is a multiple of 16: a lane's 16 are in or out
-                    xq[2 * h] = in ? (XD ? __ldg(xr + (i + h) * (CHUNK_K / 8)) : xr[(i + h) * (CHUNK_K / 8)]) : make_uint4(0, 0, 0, 0);
-                    xq[2 * h + 1] = in ? (XD ? __ldg(xr + (i + h) * (CHUNK_K / 8) + 1) : xr[(i + h) * (CHUNK_K / 8) + 1])
-                                       : make_uint4(0, 0, 0, 0);
+                    // k is a multiple of 16: a lane's 16 k of a chunk are all in or all out
+                    const bool in = !XD || k0 + (i + h) * CHUNK_K < p.k;
+                    const uint4* xc = xr + (i + h) * (CHUNK_K / 8);
+                    xq[2 * h] = in ? (XD ? __ldg(xc) : xc[0]) : make_uint4(0, 0, 0, 0);
+                    xq[2 * h + 1] = in ? (XD ? __ldg(xc + 1) : xc[1]) : make_uint4(0, 0, 0, 0);
                 }
                 sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
                 sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);

@@ -491,12 +491,13 @@ TEST(matmul_w4a16_gemv, refuses_x_that_does_not_fit) {
 // tile), its default plan and forced plans that split k over CTAs (global partials in order), give
 // a warp 2 or 4 groups, or put several tiles in one CTA.
 TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
-    const int plans[][4] = {{0, 0, 0, -1}, {0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 1, 0}, {1, 1, 1, 1}, {2, 2, 1, 0},
-                            {1, 4, 1, 1}, {4, 2, 2, 0}, {8, 1, 1, 1}, {2, 8, 4, 0}, {1, 8, 8, 1}};  // T G S x_direct
+    const int plans[][4] = {{0, 0, 0, -1}, {0, 0, 0, 0}, {0, 0, 0, 1}, {1, 1, 1, 0},  // T G S x_direct
+                            {1, 1, 1, 1},  {2, 2, 1, 0}, {1, 4, 1, 1}, {4, 2, 2, 0},
+                            {8, 1, 1, 1},  {2, 8, 4, 0}, {1, 8, 8, 1}};
     for_shapes_and_rows(
-        {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}}, cuda::W4A16_SWEEP_M_MAX, 900,
-        [&](const dev_weight& dw, const shape& s, int64_t m, const std::vector<uint16_t>& x, const std::vector<double>& ref,
-            const std::vector<double>& mag) {
+        {{33, 80}, {100, 208}, {257, 1040}, {61, 4112}, {1000, 2064}, {1, 16}, {17, 3072}},
+        cuda::W4A16_SWEEP_M_MAX, 900, [&](const dev_weight& dw, const shape& s, int64_t m, const std::vector<uint16_t>& x,
+            const std::vector<double>& ref, const std::vector<double>& mag) {
             int ran = 0;
             for (const auto& pn : plans) {
                 cuda::w4a16_sweep_config cfg;
@@ -527,7 +528,8 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
         ASSERT_TRUE(std::isnan(ref[3]));
         expect_close(run_sweep(dw, x, m), ref, mag, hw.k, ("sweep nan m=" + std::to_string(m)).c_str());
         expect_close(run_sweep(dw, x, m, split), ref, mag, hw.k, ("sweep nan split m=" + std::to_string(m)).c_str());
-        expect_close(run_sweep(dw, x, m, direct), ref, mag, hw.k, ("sweep nan x direct m=" + std::to_string(m)).c_str());
+        expect_close(run_sweep(dw, x, m, direct), ref, mag, hw.k,
+                     ("sweep nan x direct m=" + std::to_string(m)).c_str());
     }
     // a batch's rows equal each row alone, bit for bit, and two launches agree (default and split plans)
     host_weight hw2 = random_weight(4096, 4096, 907);
