@@ -22,6 +22,19 @@ namespace w4a16 {
 // CHUNK_K, GROUP_CHUNKS, GROUP_K, chunk_index, group_stride_u4, w4a16_bit_src, decode_word:
 // w4a16_layout.h (host and device).
 
+// cp.async helpers of the W4A16 kernels (sm_80+). cp_async16: 16 B global → shared at a shared-space
+// address (smem_u32); src_bytes 0 writes zeros and reads nothing (the source must still be a valid
+// address).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"

@@ -45,20 +45,12 @@ struct gemv_params {
 // word holding the chunk's pair of e4m3 scales).
 constexpr int SLOT_SC = 32, SLOT = SLOT_SC + 8;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
 __device__ __forceinline__ void cp_async16_stream(uint32_t dst, const void* src, bool ok) {  // weights: 256-B L2 prefetch
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
                  : "memory");
 }
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // Issues (and commits, as one group) the copies of item (tile, ch) into ring slot `slot`;
@@ -175,7 +167,7 @@ __global__ void __launch_bounds__(GV_THREADS, CPS) w4a16_gemv_kernel(gemv_params
     const int row_vecs = p.k / 8;  // 16-B pieces per x row
     for (int e = threadIdx.x; e < p.m * row_vecs; e += GV_THREADS) {
         const int r = e / row_vecs, c = 8 * (e - r * row_vecs);
-        cp_async16(smem_u32(xs + r * (p.k + X_PAD) + c), p.x + size_t(r) * p.k + c, true);
+        cp_async16(smem_u32(xs + r * (p.k + X_PAD) + c), p.x + size_t(r) * p.k + c, 16);
     }
     cp_async_commit();
     cp_async_wait<0>();

@@ -75,13 +75,6 @@ struct small_params {
 // registers allow. Both m ≤ 8 and m ≤ 16 use two, so their per-row summation order is the same.
 template <int NT> struct acc_sets { static constexpr int value = NT <= 2 ? 2 : 1; };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-// 16 B global → shared; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // x[:, grp·512 .. +512) → one smem slot [m][512 + X_PAD] (zero-filled beyond k). Not committed:
 // the copies join the caller's next commit group.
@@ -89,7 +82,7 @@ __device__ __forceinline__ void stage_x(const small_params& p, int grp, __nv_bfl
     for (int v = threadIdx.x; v < p.m * (GROUP_K / 8); v += THREADS) {
         int r = v / (GROUP_K / 8), kk = (v % (GROUP_K / 8)) * 8, kg = grp * GROUP_K + kk;
         const __nv_bfloat16* src = p.x + size_t(r) * p.k + (kg < p.k ? kg : 0);
-        cp_async16(smem_addr(slot + r * (GROUP_K + X_PAD) + kk), src, kg < p.k ? 16 : 0);
+        cp_async16(smem_u32(slot + r * (GROUP_K + X_PAD) + kk), src, kg < p.k ? 16 : 0);
     }
 }
 
@@ -233,7 +226,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
     constexpr int A = acc_sets<NT>::value;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
-    const uint32_t ring_sa = smem_addr(ring);
+    const uint32_t ring_sa = smem_u32(ring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
     const int slot_elems = p.m * (GROUP_K + X_PAD);
     const int split = blockIdx.y;
@@ -475,7 +468,7 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
     static_assert(NT <= 2, "the balanced-run kernel takes m ≤ 16 (two accumulator sets)");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint4* ring = smem_raw + warp * GROUP_CHUNKS * 32 + lane;  // slot i at ring[32 i]
-    const uint32_t ring_sa = smem_addr(ring);
+    const uint32_t ring_sa = smem_u32(ring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + WARPS * GROUP_CHUNKS * 32);
     const int slot_elems = p.m * (GROUP_K + X_PAD);
     const int u0 = blockIdx.x * p.len, u1 = min(u0 + p.len, p.units);

@@ -43,15 +43,6 @@ struct sweep_params {
     float alpha;  // scale_global · 2^8
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool ok) {
-    const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // One chunk: lane (g, t)'s 16 code bytes q, its two e4m3 scales (rows g, g+8), x row g (row 0 for
 // rows ≥ m: a B column reaches only its own D column, never stored) at k 16t .. 16t+15 of the chunk
 // (blo, bhi).
@@ -116,9 +107,10 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
         const uint4* src =
             ok ? p.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
 #pragma unroll
-        for (int c = 0; c < GROUP_CHUNKS; ++c) cp_async16(wu + u * UNIT_U4 + c * 32 + lane, src + c * 32, ok);
+        for (int c = 0; c < GROUP_CHUNKS; ++c)
+            cp_async16(smem_u32(wu + u * UNIT_U4 + c * 32 + lane), src + c * 32, ok ? 16 : 0);
         const uint4* ssrc = ok ? p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane : p.scales;
-        cp_async16(wu + u * UNIT_U4 + GROUP_CHUNKS * 32 + lane, ssrc, ok);
+        cp_async16(smem_u32(wu + u * UNIT_U4 + GROUP_CHUNKS * 32 + lane), ssrc, ok ? 16 : 0);
         cp_async_commit();
     }
     pdl_wait();

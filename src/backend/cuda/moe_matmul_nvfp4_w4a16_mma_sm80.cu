@@ -56,15 +56,9 @@ struct mma_params {
     int early; // offsets were written ≥ 2 launches before this one (moe_matmul_args::offsets_early)
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // Work item `item` → expert e, first permuted row r0, rows nr (1..rb): items are the passes of rb
 // rows of each non-empty expert, in expert order. Every lane gets the result; false when item is
@@ -110,7 +104,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int k, int r0, i
     for (int v = threadIdx.x; v < nr * per_row; v += THREADS) {
         const int r = v / per_row, kk = (v - r * per_row) * 8, kg = k0 + kk;
         const bool ok = kg < k;
-        cp_async16(smem_addr(xs + r * stride + kk), ok ? x + size_t(r0 + r) * k + kg : x, ok ? 16 : 0);
+        cp_async16(smem_u32(xs + r * stride + kk), ok ? x + size_t(r0 + r) * k + kg : x, ok ? 16 : 0);
     }
 }
 
@@ -172,9 +166,9 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
 
     uint8_t* sm = reinterpret_cast<uint8_t*>(smem_raw);
     const uint4* ring = reinterpret_cast<const uint4*>(sm) + warp * DEPTH * 32 + lane;  // slot i at ring[32 i]
-    const uint32_t ring_sa = smem_addr(ring);
+    const uint32_t ring_sa = smem_u32(ring);
     const uint32_t* sring = reinterpret_cast<const uint32_t*>(sm + RING_BYTES) + (warp * SQ * 32 + lane) * SW;
-    const uint32_t sring_sa = smem_addr(sring);
+    const uint32_t sring_sa = smem_u32(sring);
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(sm + RING_BYTES + SCALE_BYTES);
     const int stride = p.win_groups * GROUP_K + X_PAD;
 
