@@ -173,8 +173,7 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
 // read by each lane through L1. Workspace (plans that split k over CTAs, n_gr > 1): partial ≥ the
 // plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every launch leaves
 // them zero). Deterministic; a row's arithmetic depends on the weight shape alone (not on m).
-constexpr int64_t W4A16_SWEEP_M_MAX = 8;         // rows the kernel takes
-constexpr int64_t W4A16_SWEEP_SELECT_M_MAX = 8;  // rows the registry gives it (matmul_nvfp4_w4a16_glue.cpp)
+constexpr int64_t W4A16_SWEEP_M_MAX = 8;         // rows the kernel takes (and the registry gives it)
 constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default plan (k ≤ 4096): one CTA holds all of k
 struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
     int T = 0, G = 0, S = 0;
@@ -183,7 +182,7 @@ struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the def
     int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
 };
 struct w4a16_sweep_plan {
-    int T = 8, G = 1, S = 1, n_tb = 0, n_gr = 0;
+    int T = 0, G = 0, S = 0, n_tb = 0, n_gr = 0;
     bool x_direct = false;
     size_t smem = 0, partial_bytes = 0, counter_count = 0;
 };

@@ -198,17 +198,13 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
                                    sms, s);
 }
 
-// The sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) on the same prepared weight: at
-// m ≤ W4A16_SWEEP_SELECT_M_MAX rows and k ≤ 4096 (its default plan holds all of k in one CTA), where
-// it measured faster than the sm80 kernel on an H100 (docs/perf.md, session 18); the sm80 kernel
-// keeps the rest.
-
+// The sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) on the same prepared weight: every m it
+// takes (≤ W4A16_SWEEP_M_MAX) where k ≤ 4096 (its default plan holds all of k in one CTA) — it
+// measured faster than the sm80 kernel there on an H100 (docs/perf.md, session 18); the sm80 kernel
+// keeps the rest. The plan's own check (w4a16_sweep_why_not) refuses larger m.
 std::string accepts_w4a16_sweep(const matmul_args& a) {
     std::string why = accepts_w4a16_sm80(a);
     if (!why.empty()) return why;
-    if (a.m > W4A16_SWEEP_SELECT_M_MAX)
-        return "m = " + std::to_string(a.m) + " > " + std::to_string(W4A16_SWEEP_SELECT_M_MAX) +
-               ": the sm80 kernel (the sweep kernel measured slower at larger batches)";
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
     if (d.k_groups > W4A16_SWEEP_K_GROUPS_MAX)
         return "k = " + std::to_string(a.k) + " > " + std::to_string(W4A16_SWEEP_K_GROUPS_MAX * w4a16::GROUP_K) +

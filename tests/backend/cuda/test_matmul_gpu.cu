@@ -872,7 +872,7 @@ TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
             << "m=" << m;
         if (sel == "matmul_silu_two_step_cuda") continue;  // that kernel is the two steps themselves
         be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
-        if (m <= cuda::W4A16_SWEEP_SELECT_M_MAX) {
+        if (m <= cuda::W4A16_SWEEP_M_MAX) {
             // backend::matmul runs the sweep kernel there (other summation order): the two-step bits
             // of version 1 come from the sm80 launcher itself
             cuda::w4a16_sm80_weight w{dw.codes.data, dw.scales.data, 2 * n_ff, k, dw.scale_global};
@@ -926,7 +926,7 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         matmul_args a = args_for(xd, out, dw, m);
         // small m (k ≤ 4096): the sweep kernel; m ≤ 8: the sm80 one (the priorities follow docs/perf.md)
         std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
-        if (m <= cuda::W4A16_SWEEP_SELECT_M_MAX)
+        if (m <= cuda::W4A16_SWEEP_M_MAX)
             EXPECT_EQ(sel, "matmul_nvfp4_w4a16_sweep_sm80");
         else if (m <= cuda::W4A16_GEMV_M_MAX)
             EXPECT_TRUE(sel == "matmul_nvfp4_w4a16_gemv_sm80" || sel == "matmul_nvfp4_w4a16_sm80") << sel;
