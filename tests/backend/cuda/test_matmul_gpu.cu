@@ -410,38 +410,43 @@ TEST(matmul_w4a16_gemv, matches_oracle_odd_shapes_every_m) {
                         });
 }
 
-// The NaN / Inf case of the decode kernels: a [100, 1040] weight whose row 3 has a NaN block scale
-// (NaN for every m), and x of m rows with a NaN activation (one output row NaN) and a +Inf (±Inf or
-// NaN in the last row); ref and mag from the oracle.
+// The NaN / Inf case of the decode kernels: a [100, 1040] weight (on the device: dw) whose row 3
+// has a NaN block scale (NaN for every m), and for m = 1, 2, 5, 8 an x with a NaN activation (one
+// output row NaN) and a +Inf (±Inf or NaN in the last row), seeded x_seed + m: fn(x, m, ref, mag)
+// checks the kernels on it.
 struct nan_inf_case {
     host_weight hw;
     std::vector<float> wf;
-    explicit nan_inf_case(uint32_t seed) : hw(random_weight(100, 1040, seed)) {
-        hw.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;
-        wf = dequant_host(hw);
+    dev_weight dw;
+    static host_weight weight(uint32_t seed) {
+        host_weight w = random_weight(100, 1040, seed);
+        w.scales[size_t(3 * (1040 / 16) + 40)] = 0x7F;
+        return w;
     }
-    std::vector<uint16_t> x_of(int64_t m, uint32_t seed, std::vector<double>& ref, std::vector<double>& mag) const {
-        std::vector<uint16_t> x = random_bf16(m * hw.k, seed);
-        x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;
-        x[size_t((m - 1) * hw.k + 700)] = 0x7F80;
-        oracle(x, m, wf, hw.n, hw.k, ref, mag);
-        return x;
+    explicit nan_inf_case(uint32_t seed) : hw(weight(seed)), wf(dequant_host(hw)), dw(hw, 1) {}
+    template <class F> void for_each_m(uint32_t x_seed, F&& fn) const {
+        for (int64_t m : {1, 2, 5, 8}) {
+            std::vector<uint16_t> x = random_bf16(m * hw.k, x_seed + uint32_t(m));
+            x[size_t(std::min<int64_t>(m - 1, 1) * hw.k + 5)] = 0x7FC0;
+            x[size_t((m - 1) * hw.k + 700)] = 0x7F80;
+            std::vector<double> ref, mag;
+            oracle(x, m, wf, hw.n, hw.k, ref, mag);
+            ASSERT_TRUE(std::isnan(ref[3]));
+            fn(x, m, ref, mag);
+        }
     }
 };
 
 TEST(matmul_w4a16_gemv, nan_inf_parity) {
     const nan_inf_case nc(6);
-    const host_weight& hw = nc.hw;
-    dev_weight dw(hw, 1);
     cuda::w4a16_gemv_config one_chunk;
     one_chunk.min_chunks = 1;
-    for (int64_t m : {1, 2, 5, 8}) {
-        std::vector<double> ref, mag;
-        std::vector<uint16_t> x = nc.x_of(m, 10 + uint32_t(m), ref, mag);
-        ASSERT_TRUE(std::isnan(ref[3]));
-        expect_close(run_gemv(dw, x, m), ref, mag, hw.k, ("gemv nan m=" + std::to_string(m)).c_str());
-        expect_close(run_gemv(dw, x, m, one_chunk), ref, mag, hw.k, ("gemv nan split m=" + std::to_string(m)).c_str());
-    }
+    nc.for_each_m(10, [&](const std::vector<uint16_t>& x, int64_t m, const std::vector<double>& ref,
+                          const std::vector<double>& mag) {
+        const std::string ms = std::to_string(m);
+        expect_close(run_gemv(nc.dw, x, m), ref, mag, nc.hw.k, ("gemv nan m=" + ms).c_str());
+        expect_close(run_gemv(nc.dw, x, m, one_chunk), ref, mag, nc.hw.k, ("gemv nan split m=" + ms).c_str());
+    });
 }
 
 TEST(matmul_w4a16_gemv, rows_equal_m1_bitwise_and_deterministic) {
@@ -517,20 +522,16 @@ TEST(matmul_w4a16_sweep, matches_oracle_odd_shapes_every_m_and_plan) {
 
 TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
     const nan_inf_case nc(906);
-    const host_weight& hw = nc.hw;
-    dev_weight dw(hw, 1);
     cuda::w4a16_sweep_config split, direct;
     split.T = 2, split.G = 1, split.S = 1;  // every group its own CTA: the cross-CTA sum
     direct.x_direct = 1;
-    for (int64_t m : {1, 2, 5, 8}) {
-        std::vector<double> ref, mag;
-        std::vector<uint16_t> x = nc.x_of(m, 910 + uint32_t(m), ref, mag);
-        ASSERT_TRUE(std::isnan(ref[3]));
-        expect_close(run_sweep(dw, x, m), ref, mag, hw.k, ("sweep nan m=" + std::to_string(m)).c_str());
-        expect_close(run_sweep(dw, x, m, split), ref, mag, hw.k, ("sweep nan split m=" + std::to_string(m)).c_str());
-        expect_close(run_sweep(dw, x, m, direct), ref, mag, hw.k,
-                     ("sweep nan x direct m=" + std::to_string(m)).c_str());
-    }
+    nc.for_each_m(910, [&](const std::vector<uint16_t>& x, int64_t m, const std::vector<double>& ref,
+                           const std::vector<double>& mag) {
+        const std::string ms = std::to_string(m);
+        expect_close(run_sweep(nc.dw, x, m), ref, mag, nc.hw.k, ("sweep nan m=" + ms).c_str());
+        expect_close(run_sweep(nc.dw, x, m, split), ref, mag, nc.hw.k, ("sweep nan split m=" + ms).c_str());
+        expect_close(run_sweep(nc.dw, x, m, direct), ref, mag, nc.hw.k, ("sweep nan x direct m=" + ms).c_str());
+    });
     // a batch's rows equal each row alone, bit for bit, and two launches agree (default and split plans)
     host_weight hw2 = random_weight(4096, 4096, 907);
     dev_weight dw2(hw2, 1);
