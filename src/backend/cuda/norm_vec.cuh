@@ -46,17 +46,23 @@ __device__ __forceinline__ void scale8(const float (&v)[8], const float (&w)[8],
 
 // ADD: res += x (rounded to T, stored), then the norm of res. gp > 0: rows of gp lanes (power of
 // two ≤ 32), blockDim/gp rows per block; gp == 0: one row per block. n % 8 == 0, n/8 ≤ lanes of a row.
-// res, x, out: [n_rows, n] T (out may alias x); w: [n] wt
+// res, x, out: [n_rows, n] T (out may alias x); w: [n] wt, a prepared weight (no kernel of the step
+// writes it), so it is read before pdl_wait(): at decode the 4096-wide rows' weight is not in L2
+// after a layer's matmuls, and reading it after the residual's store put a second, DRAM-latency
+// round trip on the step's critical path (docs/perf.md, session 19).
 template <class T, bool ADD>
 __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* out, int64_t n_rows, int n, float eps,
                                 int gp) {
-    pdl_wait();
-    pdl_trigger();
     const int vecs = n / 8;
     const int64_t row = gp ? int64_t(blockIdx.x) * (blockDim.x / gp) + threadIdx.x / gp : int64_t(blockIdx.x);
     const int j = gp ? int(threadIdx.x) % gp : int(threadIdx.x);
     const bool on = row < n_rows && j < vecs;
     float v[8] = {}, wv[8] = {};
+    if (on)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
+    pdl_wait();
+    pdl_trigger();
     if (on) {
         unpack8<T>(reinterpret_cast<const uint4*>(x + row * n)[j], v);
         if (ADD) {
@@ -69,8 +75,6 @@ __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* 
             *rp = s;
             unpack8<T>(s, v);
         }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
     }
     const float ss = gp ? group_sum(sum_sq8(v), gp) : block_sum(sum_sq8(v));
     const float r = rms_scale(ss, n, eps);

@@ -27,25 +27,26 @@ __global__ void __launch_bounds__(THREADS) qkv_rope_store_kernel(const T* qkv, c
     extern __shared__ float cs[];
     const int64_t t = blockIdx.x;
     const int half = hd / 2;
-    // Before pdl_wait() (cuda_device.cuh's rule: the step's metadata and inv_freq are not written by
-    // its kernels): the cos/sin table, computed while the qkv matmul ends.
-    rope_table(cs, float(positions[t]), inv_freq, half);
-    pdl_wait();
-    pdl_trigger();
-    __syncthreads();
     const int heads = nh + 2 * nkv;
     const int h = blockIdx.y * (THREADS / gp) + int(threadIdx.x) / gp, j = int(threadIdx.x) % gp;
     const bool on = h < heads;  // whole head groups: uniform over each group of gp lanes
-    float v[8] = {};
-    if (on) unpack8<T>(reinterpret_cast<const uint4*>(qkv + (t * heads + h) * hd)[j], v);
     const bool is_q = h < nh, is_k = !is_q && h < nh + nkv;
     const void* w = is_q ? q_norm : is_k ? k_norm : nullptr;
-    // Norm (when this head has weights): every lane of the warp takes part in the shuffles.
     const bool norm = on && w != nullptr;
+    // Before pdl_wait() (cuda_device.cuh's rule: the step's metadata, inv_freq and the q/k norm
+    // weights are not written by its kernels): the cos/sin table, computed while the qkv matmul
+    // ends, and this lane's norm weights.
     float wv[8] = {};
     if (norm)
 #pragma unroll
         for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
+    rope_table(cs, float(positions[t]), inv_freq, half);
+    pdl_wait();
+    pdl_trigger();
+    __syncthreads();
+    float v[8] = {};
+    if (on) unpack8<T>(reinterpret_cast<const uint4*>(qkv + (t * heads + h) * hd)[j], v);
+    // Norm (when this head has weights): every lane of the warp takes part in the shuffles.
     const float ss = group_sum(sum_sq8(v), gp);
     if (norm) {
         float o8[8];
