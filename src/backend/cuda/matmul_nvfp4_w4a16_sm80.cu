@@ -39,16 +39,24 @@ static_assert(RING_BYTES == W4A16_SMALL_RING_BYTES && X_SMEM_MAX == w4a16_small_
 
 // The current device's opt-in shared memory per block (asked once per device) and the rows the
 // small-M kernels take within it (w4a16_small_m_fit: 64 on H100, 32 on 99-KB devices).
-int64_t smem_optin_here() {
-    static std::atomic<int> cache[64];  // 0: not asked yet
+// A device attribute of the current device, asked once per device (cache: 0 = not asked yet).
+int64_t attr_here(cudaDeviceAttr attr, std::atomic<int> (&cache)[64]) {
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     int v = cached ? cache[dev].load(std::memory_order_relaxed) : 0;
     if (v > 0) return v;
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
     if (cached) cache[dev].store(v, std::memory_order_relaxed);
     return v;
+}
+int64_t smem_optin_here() {
+    static std::atomic<int> cache[64];
+    return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
+}
+int64_t smem_per_sm_here() {
+    static std::atomic<int> cache[64];
+    return attr_here(cudaDevAttrMaxSharedMemoryPerMultiprocessor, cache);
 }
 int64_t small_m_max_here() { return w4a16_small_m_fit(smem_optin_here(), W4A16_SM80_SMALL_M_MAX); }
 
@@ -384,8 +392,21 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps
     return pl;
 }
 
+// The shared memory a version-1 launch requests: the plan's, or, where the grid has no more CTAs
+// than the device has SMs, at least half an SM's, so that no two CTAs can share an SM. The plan
+// spreads such a grid one CTA per SM, and the block scheduler does too when every SM is free; but a
+// grid launched early (PDL) behind one whose last CTAs still hold some SMs (the sweep kernel's
+// many-CTA grids) landed two CTAs on an SM, and that SM's doubled work set the kernel's time:
+// Llama-3.1-8B's down after the sweep gate/up, 23.4 → 17.0 µs in the decode step (docs/perf.md,
+// session 19). The padding is never read.
+size_t launch_smem(const small_plan& pl, int sm_count) {
+    if (int64_t(pl.row_blocks) * pl.splits > sm_count) return pl.smem;
+    const size_t half_sm = size_t(smem_per_sm_here() / 2);
+    return std::max(pl.smem, std::min(half_sm, size_t(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
+}
+
 template <int NT, bool SILU = false>
-void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, bool pdl) {
+void launch_small(const small_params& p, const small_plan& pl, int sm_count, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU>;
     static bool attr_set = false;  // per template instance; the attribute is per-function
     if (!attr_set) {  // what the instance may need, within the device's limit (small_m_max_here)
@@ -393,7 +414,8 @@ void launch_small(const small_params& p, const small_plan& pl, cudaStream_t s, b
                                         int(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
         attr_set = true;
     }
-    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), pl.smem, s, pdl, p);
+    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), launch_smem(pl, sm_count), s,
+              pdl, p);
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, picked per shape by small_version) ---------------
@@ -708,14 +730,14 @@ void matmul_nvfp4_w4a16_sm80_small_launch(const void* x, int64_t m, const w4a16_
     }
     const bool pdl = cfg.pdl != 0;
     if (p.n_ff > 0) {
-        if (m <= 8) launch_small<1, true>(p, pl, s, pdl);
-        else launch_small<2, true>(p, pl, s, pdl);
+        if (m <= 8) launch_small<1, true>(p, pl, sm_count, s, pdl);
+        else launch_small<2, true>(p, pl, sm_count, s, pdl);
         return;
     }
-    if (m <= 8) launch_small<1>(p, pl, s, pdl);
-    else if (m <= 16) launch_small<2>(p, pl, s, pdl);
-    else if (m <= 32) launch_small<4>(p, pl, s, pdl);
-    else launch_small<8>(p, pl, s, pdl);
+    if (m <= 8) launch_small<1>(p, pl, sm_count, s, pdl);
+    else if (m <= 16) launch_small<2>(p, pl, sm_count, s, pdl);
+    else if (m <= 32) launch_small<4>(p, pl, sm_count, s, pdl);
+    else launch_small<8>(p, pl, sm_count, s, pdl);
 }
 
 void matmul_nvfp4_w4a16_sm80_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
