@@ -180,9 +180,12 @@ struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the def
     int x_direct = -1;  // 1: x read through L1, 0: staged in shared memory, -1: the plan's choice
     int pdl = 0;
     int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
+    int64_t silu_n_ff = 0;  // > 0: matmul_silu on a stacked [2·n_ff, k] weight (the default plan with T = 2:
+                            // a gate tile and its up tile per CTA); out is [m, n_ff] = silu(gate) · up
 };
 struct w4a16_sweep_plan {
     int T = 0, G = 0, S = 0, n_tb = 0, n_gr = 0;
+    int64_t silu_n_ff = 0;
     bool x_direct = false;
     size_t smem = 0, partial_bytes = 0, counter_count = 0;
 };

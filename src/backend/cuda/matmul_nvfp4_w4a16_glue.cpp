@@ -223,6 +223,28 @@ void launch_w4a16_sweep(backend& be, const matmul_args& a) {
                                     bind_workspace(be, s, need), s, cfg);
 }
 
+// matmul_silu on the sweep kernel: where the plain sweep kernel takes the stacked weight, with a gate
+// tile and its up tile per CTA (the plan's own check). Faster than the sm80 fused kernel alone; in the
+// decode step once the sm80 down kernel that follows it could no longer land two CTAs on an SM
+// (docs/perf.md, session 19).
+std::string accepts_silu_w4a16_sweep(const matmul_silu_args& a) {
+    return accepts_silu_packed(a, [](const matmul_silu_args& b) -> std::string {
+        std::string why = accepts_w4a16_sweep(b.mm);
+        if (!why.empty()) return why;
+        w4a16_sweep_config cfg;
+        cfg.silu_n_ff = b.n_ff;
+        return w4a16_sweep_why_not(w4a16_sweep_plan_of(b.mm.n, b.mm.k, b.mm.m, cfg), b.mm.m);
+    });
+}
+
+void launch_silu_w4a16_sweep(backend& be, const matmul_silu_args& a) {
+    w4a16_sweep_config cfg;
+    cfg.pdl = pdl_enabled(be) ? 1 : 0;
+    cfg.silu_n_ff = a.n_ff;
+    matmul_nvfp4_w4a16_sweep_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.out.data, {},
+                                    stream_of(be), cfg);
+}
+
 // The fused large-M kernel (matmul_nvfp4_w4a16_wgmma_sm90.cu) where it measured faster than
 // dequant + cuBLASLt on an H100 (docs/perf.md, session 15): 64 < m ≤ 2048; at m = 4096 the dequant
 // is a small share and cuBLAS's GEMM is faster. (The launcher picks its token tile per shape.)
@@ -303,6 +325,8 @@ void register_matmul_silu_sm80(kernel_registry& r) {
 void register_matmul_nvfp4_w4a16_sweep_sm80(kernel_registry& r) {
     r.add(make_kernel<matmul_args>("matmul_nvfp4_w4a16", "matmul_nvfp4_w4a16_sweep_sm80", packed_req(), 15,
                                    accepts_w4a16_sweep, launch_w4a16_sweep));
+    r.add(make_kernel<matmul_silu_args>("matmul_silu", "matmul_silu_nvfp4_w4a16_sweep_sm80", packed_req(), 15,
+                                        accepts_silu_w4a16_sweep, launch_silu_w4a16_sweep));
 }
 
 // Priority 5, below the sm80 kernel: on H100 it measured slower at every decode shape (docs/perf.md,

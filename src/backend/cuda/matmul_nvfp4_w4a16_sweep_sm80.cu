@@ -10,6 +10,9 @@
 // are added in warp order in shared memory; where G < k_groups the CTA writes f32 partials and the
 // last CTA of its tile block (integer counter) adds the group ranges in order — deterministic, and
 // the plan depends on the weight shape alone, so the rows of a batch equal the m = 1 result bitwise.
+// matmul_silu (SILU instances, stacked [gate; up] weight, k whole in the CTA): T = 2, CTA b holds gate
+// tile b and up tile b + n_ff / 16, and writes silu(gate) · up from the two tiles' sums, each rounded
+// to bf16 first: the bits of this kernel's plain matmul followed by silu_mul_gate_up.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -40,6 +43,7 @@ struct sweep_params {
     int* counters;           // [n_tb], zero between launches
     int m, n, k, n_tiles, k_groups;
     int T, G, S, n_tb, n_gr;
+    int n_ff;     // matmul_silu: out is [m, n_ff]; 0: plain
     float alpha;  // scale_global · 2^8
 };
 
@@ -86,16 +90,16 @@ __device__ __forceinline__ void stage_x(const sweep_params& p, __nv_bfloat16* xs
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
 // instead of staged in shared memory.
-template <int GS, bool MATH, bool XD>
+template <int GS, bool MATH, bool XD, bool SILU>
 __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p) {
     extern __shared__ uint4 smem[];
     __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int W = p.T * p.S;
     const int gr = blockIdx.x / p.n_tb, tb = blockIdx.x % p.n_tb;  // group range major: address order for G = 1
-    const int ti = warp / p.S, s = warp % p.S, tile = tb * p.T + ti;
+    const int ti = warp / p.S, s = warp % p.S, tile = SILU ? tb + ti * (p.n_ff / 16) : tb * p.T + ti;
     const int gw0 = gr * p.G + s * GS;  // the warp's first group
-    const bool active = tile < p.n_tiles;
+    const bool active = SILU ? tb < p.n_ff / 16 : tile < p.n_tiles;
     uint4* wu = smem + size_t(warp) * GS * UNIT_U4;
 
     // The weight share: independent of the previous kernel, so before pdl_wait(). One commit group
@@ -169,6 +173,18 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     __syncthreads();
     const int rows = p.T * 16, n_pad = p.n_tiles * 16;
     const int row0 = tb * rows;
+    if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
+        for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
+            const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
+            float sg = 0.0f, su = 0.0f;
+            for (int s2 = 0; s2 < p.S; ++s2) sg += red[(s2 * 16 + r) * 8 + c];
+            for (int s2 = 0; s2 < p.S; ++s2) su += red[((p.S + s2) * 16 + r) * 8 + c];
+            if (n < p.n_ff)
+                p.out[size_t(c) * p.n_ff + n] =
+                    silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
+        }
+        return;
+    }
     if (p.n_gr == 1) {
         for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, ti2 = r / 16, n = row0 + r;
@@ -209,9 +225,9 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     if (threadIdx.x == 0) p.counters[tb] = 0;  // ready for the next launch / graph replay
 }
 
-template <int GS, bool MATH, bool XD>
+template <int GS, bool MATH, bool XD, bool SILU = false>
 void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
-    auto kern = sweep_kernel<GS, MATH, XD>;
+    auto kern = sweep_kernel<GS, MATH, XD, SILU>;
     static bool attr_set = false;
     if (!attr_set) {
         int dev = 0, optin = 0;
@@ -228,7 +244,10 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
 
 template <int GS>
 void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, bool math, bool xd) {
-    if (!math) launch_gs<GS, false, false>(p, smem, s, pdl);
+    if (p.n_ff > 0 && xd) launch_gs<GS, true, true, true>(p, smem, s, pdl);
+    else if (p.n_ff > 0) launch_gs<GS, true, false, true>(p, smem, s, pdl);
+    else if (!math && xd) launch_gs<GS, false, true>(p, smem, s, pdl);  // the plan's smem has no x with xd
+    else if (!math) launch_gs<GS, false, false>(p, smem, s, pdl);
     else if (xd) launch_gs<GS, true, true>(p, smem, s, pdl);
     else launch_gs<GS, true, false>(p, smem, s, pdl);
 }
@@ -238,7 +257,7 @@ void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, 
 w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
     w4a16_sweep_plan pl;
-    if (cfg.T > 0) {
+    if (cfg.T > 0 && cfg.silu_n_ff == 0) {
         pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
     } else {
         // The default (bench_matmul --sweep on an H100, docs/perf.md session 18): all of k in one CTA
@@ -250,11 +269,12 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
         const int gs = pl.G % 2 == 0 ? 2 : 1;
         pl.S = pl.G / gs;
         pl.T = m <= 1 || 2 * pl.S > SW_MAX_WARPS ? 1 : 2;
+        if (cfg.silu_n_ff > 0) pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;  // a gate tile and its up tile
     }
     // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024
     // tiles) each lane reads its x from global memory through L1 instead.
     pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0 : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
-    pl.n_tb = int((d.n_tiles + pl.T - 1) / pl.T);
+    pl.n_tb = pl.silu_n_ff > 0 ? int(pl.silu_n_ff / 16) : int((d.n_tiles + pl.T - 1) / pl.T);
     pl.n_gr = int((d.k_groups + pl.G - 1) / pl.G);
     const int gs = pl.S > 0 ? std::max(1, pl.G / pl.S) : 1;
     pl.smem = sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(std::max<int64_t>(m, 1)), pl.G);
@@ -271,6 +291,9 @@ std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m) {
     if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
     const int gs = pl.G / pl.S;
     if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
+    if (pl.silu_n_ff > 0 && (pl.n_gr != 1 || pl.T != 2))
+        return strfmt("matmul_silu: a CTA holds all of k and a gate/up tile pair; plan T = %d, %d group ranges", pl.T,
+                      pl.n_gr);
     return "";
 }
 
@@ -281,6 +304,9 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
     const std::string why = w4a16_sweep_why_not(pl, m);
     TETRA_CHECK(why.empty(), "matmul_nvfp4_w4a16_sweep: weight [%lld, %lld]: %s", (long long)w.n, (long long)w.k,
                 why.c_str());
+    TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff && cfg.no_math == 0),
+                "matmul_nvfp4_w4a16_sweep: matmul_silu takes a stacked [2·n_ff, k] weight with n_ff %% 16 == 0; got "
+                "n = %lld, n_ff = %lld", (long long)w.n, (long long)cfg.silu_n_ff);
     TETRA_CHECK(pl.n_gr == 1 || (ws.partial_bytes >= pl.partial_bytes && ws.counter_count >= pl.counter_count),
                 "matmul_nvfp4_w4a16_sweep: workspace of %zu partial bytes / %zu counters, the plan needs %zu / %zu",
                 ws.partial_bytes, ws.counter_count, pl.partial_bytes, pl.counter_count);
@@ -290,6 +316,7 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
     p.partial = static_cast<float*>(ws.partial), p.counters = ws.counters;
     p.m = int(m), p.n = int(w.n), p.k = int(w.k), p.n_tiles = int(d.n_tiles), p.k_groups = int(d.k_groups);
     p.T = pl.T, p.G = pl.G, p.S = pl.S, p.n_tb = pl.n_tb, p.n_gr = pl.n_gr;
+    p.n_ff = int(pl.silu_n_ff);
     p.alpha = w.scale_global * 256.0f;
     const bool pdl = cfg.pdl != 0, math = cfg.no_math == 0;
     switch (pl.G / pl.S) {

@@ -840,59 +840,6 @@ TEST(matmul_silu_sm80, fused_equals_two_step_and_oracle) {
     }
 }
 
-// Through the backend: matmul_silu selects the fused kernel for m ≤ 16, the fused wgmma kernel for
-// 64 < m ≤ 2048 on an sm_90a image, and the two-step kernel otherwise (selection only: that kernel
-// is matmul + silu_mul_gate_up itself); on a shape where the plain matmul runs version 1 (asserted),
-// each fused result equals backend::matmul + silu_mul_gate_up on the GPU bit for bit (same
-// rounding, same silu_times).
-TEST(matmul_silu_cuda_backend, selects_fused_and_equals_two_step_bitwise) {
-    ASSERT_GT(cuda_device_count(), 0);
-    std::unique_ptr<backend> be = make_cuda_backend(0);
-    const int64_t n_ff = 1040, k = 1552;
-    ASSERT_EQ(cuda::w4a16_sm80_small_version(2 * n_ff, k, be->device().sm_count), 1);
-    host_weight hw = random_weight(2 * n_ff, k, 31);
-    linear_weight lw;
-    lw.kind = linear_kind::NVFP4, lw.n_out = hw.n, lw.n_in = hw.k, lw.scale_global = hw.scale_global;
-    lw.codes = tensor::view(dtype::U8, {hw.n, hw.k / 2}, hw.codes.data());
-    lw.scales = tensor::view(dtype::E4M3, {hw.n, hw.k / 16}, hw.scales.data());
-    linear_weight dw = be->prepare_linear(lw);
-    for (int64_t m : {1, 5, 16, 17, 64, 130, 300}) {
-        std::vector<uint16_t> x = random_bf16(m * k, 40 + uint32_t(m));
-        tensor xd = be->upload(tensor::view(dtype::BF16, {m, k}, x.data()));
-        tensor gu = be->alloc(dtype::BF16, {m, 2 * n_ff}), a = be->alloc(dtype::BF16, {m, n_ff}),
-               b = be->alloc(dtype::BF16, {m, n_ff});
-        matmul_silu_args args;
-        args.act = dtype::BF16, args.align = 256, args.mode = matmul_mode::W4A16, args.n_ff = n_ff, args.out = a;
-        args.mm.act = dtype::BF16, args.mm.align = 256, args.mm.x = xd, args.mm.out = gu, args.mm.w = &dw;
-        args.mm.m = m, args.mm.n = 2 * n_ff, args.mm.k = k;
-        std::string sel = kernel_registry::instance().select("matmul_silu", be->device(), args).name;
-        const bool wgmma = (be->device().features & FEAT_WGMMA) != 0 && m > cuda::W4A16_SM80_SMALL_M_MAX;
-        EXPECT_EQ(sel, m <= cuda::W4A16_SILU_M_MAX ? "matmul_silu_nvfp4_w4a16_sm80"
-                       : wgmma                     ? "matmul_silu_nvfp4_w4a16_wgmma_sm90"
-                                                   : "matmul_silu_two_step_cuda")
-            << "m=" << m;
-        if (sel == "matmul_silu_two_step_cuda") continue;  // that kernel is the two steps themselves
-        be->matmul_silu(xd, dw, gu, a, matmul_mode::W4A16);
-        if (m <= cuda::W4A16_SWEEP_M_MAX) {
-            // backend::matmul runs the sweep kernel there (other summation order): the two-step bits
-            // of version 1 come from the sm80 launcher itself
-            cuda::w4a16_sm80_weight w{dw.codes.data, dw.scales.data, 2 * n_ff, k, dw.scale_global};
-            cuda::w4a16_sm80_workspace ws = cuda::w4a16_sm80_workspace_need(m, 2 * n_ff, k, be->device().sm_count);
-            dbuf part(std::max<size_t>(ws.partial_bytes, 4)), cnt(std::max<size_t>(ws.counter_count * 4, 4));
-            ws.partial = part.p, ws.counters = static_cast<int*>(cnt.p);
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            cuda::matmul_nvfp4_w4a16_sm80_launch(xd.data, m, w, gu.data, ws, be->device().sm_count, 0);
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        } else {
-            be->matmul(xd, dw, gu, matmul_mode::W4A16);
-        }
-        be->silu_mul_gate_up(gu, b);
-        std::vector<uint16_t> ha(size_t(m * n_ff)), hb(ha.size());
-        be->download(a, ha.data()), be->download(b, hb.data());
-        EXPECT_EQ(ha, hb) << "m=" << m;
-    }
-}
-
 // Through the backend: the prepare step re-lays the weight, backend::matmul validates it (the
 // re-laid tensors keep the canonical shapes) and the registry picks the sm80 kernel; dense too.
 TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
