@@ -671,6 +671,84 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
     }
 }
 
+// --sweep-pattern: every sweep plan at m = 1 (k whole or split over CTAs; 8B and 30B shapes) with x
+// staged per CTA, with x read through L1, and as its copies and waits alone (no math: the plan's own
+// access-pattern ceiling). Session 19, docs/perf.md.
+static void run_sweep_pattern(int sms, double bw, void* ws_cublas) {
+    int dev = 0, optin = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    std::printf("| shape | plan (T G S: CTAs) | x staged us | %% | x direct us | %% | no math us | %% |\n"
+                "|---|---|---|---|---|---|---|---|\n");
+    std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
+    shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
+    for (const llama_shape& sh : shapes) {
+        bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
+        std::vector<cuda::w4a16_sweep_config> cfgs;
+        for (int T : {1, 2})
+            for (int S : {2, 4, 7, 8})
+                for (int GS : {1, 2, 4}) {
+                    cuda::w4a16_sweep_config c;
+                    c.T = T, c.G = S * GS, c.S = S, c.pdl = 1, c.x_direct = 1;
+                    if (T * S > 8 || c.G > b.d.k_groups || b.d.k_groups % c.G != 0) continue;
+                    if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
+                }
+        size_t part = 4, cnt = 4;
+        for (const cuda::w4a16_sweep_config& c : cfgs) {
+            cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c);
+            part = std::max(part, pl.partial_bytes), cnt = std::max(cnt, pl.counter_count * 4);
+        }
+        cuda::w4a16_sm80_workspace sws;
+        CK(cudaMalloc(&sws.partial, part));
+        CK(cudaMalloc(&sws.counters, cnt));
+        CK(cudaMemset(sws.counters, 0, cnt));
+        sws.partial_bytes = part, sws.counter_count = cnt / 4;
+        const double bytes = double(b.wbytes) + double(b.k) * 2 + double(b.n) * 2;
+        for (cuda::w4a16_sweep_config c : cfgs) {
+            cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c);
+            if (!cuda::w4a16_sweep_why_not(pl, 1).empty()) continue;
+            double t[3];
+            for (int mode = 0; mode < 3; ++mode) {
+                c.no_math = mode == 2, c.x_direct = mode != 0;
+                if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem > size_t(optin)) {
+                    t[mode] = 0;
+                    continue;
+                }
+                t[mode] = median_graph_us([&] {
+                    for (int i = 0; i < 10; ++i)
+                        cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, 1, b.ws[size_t(i) % b.ws.size()], b.out, sws,
+                                                              g_stream, c);
+                }, 10);
+            }
+            std::printf("| %s %ldx%ld | %d %d %d: %d", b.what, b.n, b.k, pl.T, pl.G, pl.S, pl.n_tb * pl.n_gr);
+            for (double us : t) {
+                if (us > 0) std::printf(" | %.2f | %.1f %%", us, 100.0 * bytes / us / 1e3 / bw);
+                else std::printf(" | - | -");  // staged x does not fit shared memory
+            }
+            std::printf(" |\n");
+            std::fflush(stdout);
+        }
+        if (b.n == 28672) {  // gate+up: matmul_silu on the sweep kernel beside the sm80 fused kernel, PDL
+            for (long m : {1L, 2L, 4L, 8L}) {
+                cuda::w4a16_small_config sc;
+                sc.pdl = 1, sc.version = 1, sc.silu_n_ff = b.n / 2;
+                cuda::w4a16_sweep_config c;
+                c.pdl = 1, c.silu_n_ff = b.n / 2;
+                const double ts = median_graph_us([&] { b.w4a16_batch(m, nullptr, sms, &sc); }, 10);
+                const double tw = median_graph_us([&] {
+                    for (int i = 0; i < 10; ++i)
+                        cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[size_t(i) % b.ws.size()], b.out, sws,
+                                                              g_stream, c);
+                }, 10);
+                std::printf("| %s %ldx%ld matmul_silu m = %ld | sm80 %.2f us | %.1f %% | sweep %.2f us | %.1f %% | - | - |\n",
+                            b.what, b.n, b.k, m, ts, 100.0 * bytes / ts / 1e3 / bw, tw, 100.0 * bytes / tw / 1e3 / bw);
+            }
+        }
+        CK(cudaFree(sws.partial));
+        CK(cudaFree(sws.counters));
+    }
+}
+
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "--one") == 0)
@@ -700,6 +778,10 @@ int main(int argc, char** argv) {
     }
     if (argc > 1 && std::strcmp(argv[1], "--sweep") == 0) {
         run_sweep(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--sweep-pattern") == 0) {
+        run_sweep_pattern(sms, bw, ws_cublas);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--splits") == 0) {
