@@ -62,13 +62,21 @@ __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* 
 #pragma unroll
         for (int i = 0; i < 8; ++i) wv[i] = load_any(w, wt, int64_t(j) * 8 + i);
     pdl_wait();
+    // This row's x and residual are requested before the trigger: the next kernel (at decode, a
+    // matmul whose CTAs request their whole weight share on launch) would otherwise queue megabytes
+    // of copies on this SM ahead of them (docs/perf.md, session 19).
+    uint4 xq = make_uint4(0, 0, 0, 0), rq = make_uint4(0, 0, 0, 0);
+    uint4* rp = reinterpret_cast<uint4*>(res + row * n) + j;
+    if (on) {
+        xq = reinterpret_cast<const uint4*>(x + row * n)[j];
+        if (ADD) rq = *rp;
+    }
     pdl_trigger();
     if (on) {
-        unpack8<T>(reinterpret_cast<const uint4*>(x + row * n)[j], v);
+        unpack8<T>(xq, v);
         if (ADD) {
-            uint4* rp = reinterpret_cast<uint4*>(res + row * n) + j;
             float r8[8];
-            unpack8<T>(*rp, r8);
+            unpack8<T>(rq, r8);
 #pragma unroll
             for (int i = 0; i < 8; ++i) r8[i] = r8[i] + v[i];
             uint4 s = pack8<T>(r8);
