@@ -592,15 +592,42 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
 // decode), on Llama-3.1-8B's and Qwen3-30B-A3B's attention shapes; graph µs. Each sweep output is
 // compared with the launcher's (max |diff| / max |ref| over the m rows: f32 sums of the same exact
 // products in other orders, so within bf16 rounding, ~4e-3).
-static void run_sweep(int sms, double bw, void* ws_cublas) {
+// The sweep modes' shapes: Llama-3.1-8B's four and Qwen3-30B-A3B's qkv and o_proj.
+static std::vector<llama_shape> sweep_shapes() {
+    std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
+    shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
+    return shapes;
+}
+
+static int smem_optin() {
     int dev = 0, optin = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return optin;
+}
+
+// The sweep kernel's split-k workspace (partials, zeroed counters) for every plan of cfgs up to m_max
+// rows on shape b; freed by the caller (cudaFree of .partial and .counters).
+static cuda::w4a16_sm80_workspace sweep_workspace(const bench_shape& b,
+                                                  const std::vector<cuda::w4a16_sweep_config>& cfgs, long m_max) {
+    size_t part = 4, cnt = 4;
+    for (const cuda::w4a16_sweep_config& c : cfgs) {
+        cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, m_max, c);
+        part = std::max(part, pl.partial_bytes), cnt = std::max(cnt, pl.counter_count * 4);
+    }
+    cuda::w4a16_sm80_workspace sws;
+    CK(cudaMalloc(&sws.partial, part));
+    CK(cudaMalloc(&sws.counters, cnt));
+    CK(cudaMemset(sws.counters, 0, cnt));
+    sws.partial_bytes = part, sws.counter_count = cnt / 4;
+    return sws;
+}
+
+static void run_sweep(int sms, double bw, void* ws_cublas) {
+    const int optin = smem_optin();
     std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n"
                 "|---|---|---|---|---|---|---|\n");
-    std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
-    shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
-    for (const llama_shape& sh : shapes) {
+    for (const llama_shape& sh : sweep_shapes()) {
         bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
         std::vector<cuda::w4a16_sweep_config> cfgs(1);  // [0]: the default plan
         cfgs[0].pdl = 1;
@@ -613,16 +640,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                     c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
                     if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
                 }
-        size_t part = 4, cnt = 4;
-        for (const cuda::w4a16_sweep_config& c : cfgs) {
-            cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 8, c);
-            part = std::max(part, pl.partial_bytes), cnt = std::max(cnt, pl.counter_count * 4);
-        }
-        cuda::w4a16_sm80_workspace sws;
-        CK(cudaMalloc(&sws.partial, part));
-        CK(cudaMalloc(&sws.counters, cnt));
-        CK(cudaMemset(sws.counters, 0, cnt));
-        sws.partial_bytes = part, sws.counter_count = cnt / 4;
+        cuda::w4a16_sm80_workspace sws = sweep_workspace(b, cfgs, 8);
         std::vector<uint16_t> ref, got;
         auto fetch = [&](long m, std::vector<uint16_t>& v) {
             CK(cudaStreamSynchronize(g_stream));
@@ -675,14 +693,10 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
 // staged per CTA, with x read through L1, and as its copies and waits alone (no math: the plan's own
 // access-pattern ceiling). Session 19, docs/perf.md.
 static void run_sweep_pattern(int sms, double bw, void* ws_cublas) {
-    int dev = 0, optin = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int optin = smem_optin();
     std::printf("| shape | plan (T G S: CTAs) | x staged us | %% | x direct us | %% | no math us | %% |\n"
                 "|---|---|---|---|---|---|---|---|\n");
-    std::vector<llama_shape> shapes(std::begin(k_llama_shapes), std::end(k_llama_shapes));
-    shapes.push_back({5120, 2048, "30B qkv"}), shapes.push_back({2048, 4096, "30B o_proj"});
-    for (const llama_shape& sh : shapes) {
+    for (const llama_shape& sh : sweep_shapes()) {
         bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
         std::vector<cuda::w4a16_sweep_config> cfgs;
         for (int T : {1, 2})
@@ -693,16 +707,7 @@ static void run_sweep_pattern(int sms, double bw, void* ws_cublas) {
                     if (T * S > 8 || c.G > b.d.k_groups || b.d.k_groups % c.G != 0) continue;
                     if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
                 }
-        size_t part = 4, cnt = 4;
-        for (const cuda::w4a16_sweep_config& c : cfgs) {
-            cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c);
-            part = std::max(part, pl.partial_bytes), cnt = std::max(cnt, pl.counter_count * 4);
-        }
-        cuda::w4a16_sm80_workspace sws;
-        CK(cudaMalloc(&sws.partial, part));
-        CK(cudaMalloc(&sws.counters, cnt));
-        CK(cudaMemset(sws.counters, 0, cnt));
-        sws.partial_bytes = part, sws.counter_count = cnt / 4;
+        cuda::w4a16_sm80_workspace sws = sweep_workspace(b, cfgs, 1);
         const double bytes = double(b.wbytes) + double(b.k) * 2 + double(b.n) * 2;
         for (cuda::w4a16_sweep_config c : cfgs) {
             cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c);
@@ -740,8 +745,10 @@ static void run_sweep_pattern(int sms, double bw, void* ws_cublas) {
                         cuda::matmul_nvfp4_w4a16_sweep_launch(b.x, m, b.ws[size_t(i) % b.ws.size()], b.out, sws,
                                                               g_stream, c);
                 }, 10);
-                std::printf("| %s %ldx%ld matmul_silu m = %ld | sm80 %.2f us | %.1f %% | sweep %.2f us | %.1f %% | - | - |\n",
-                            b.what, b.n, b.k, m, ts, 100.0 * bytes / ts / 1e3 / bw, tw, 100.0 * bytes / tw / 1e3 / bw);
+                std::printf("| %s %ldx%ld matmul_silu m = %ld | sm80 %.2f us | %.1f %% | sweep %.2f us | %.1f %% "
+                            "| - | - |\n",
+                            b.what, b.n, b.k, m, ts, 100.0 * bytes / ts / 1e3 / bw, tw,
+                            100.0 * bytes / tw / 1e3 / bw);
             }
         }
         CK(cudaFree(sws.partial));
