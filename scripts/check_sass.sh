@@ -23,6 +23,25 @@ if [ -z "$cuobjdump" ]; then
     python3 -m pip install -q nvidia-cuda-cuobjdump >&2
     cuobjdump=$(find_cuobjdump)
 fi
+# cuobjdump -sass runs nvdisasm (CUDA 13 toolkits without it, and the PyPI cuobjdump, need the
+# separate PyPI nvidia-cuda-nvdisasm): $NVDISASM_PATH, PATH, next to cuobjdump, /usr/local/cuda/bin,
+# or PyPI.
+find_nvdisasm() {
+    [ -n "${NVDISASM_PATH:-}" ] && [ -x "$NVDISASM_PATH/nvdisasm" ] && { echo "$NVDISASM_PATH"; return; }
+    command -v nvdisasm >/dev/null 2>&1 && { dirname "$(command -v nvdisasm)"; return; }
+    local py d
+    py=$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
+    for d in "$(dirname "$cuobjdump")" /usr/local/cuda/bin "$py"/nvidia/cu13/bin "$py"/nvidia/cuda_nvdisasm/bin; do
+        [ -x "$d/nvdisasm" ] && { echo "$d"; return; }
+    done
+}
+nvdisasm_dir=$(find_nvdisasm || true)
+if [ -z "$nvdisasm_dir" ]; then
+    python3 -m pip install -q nvidia-cuda-nvdisasm >&2
+    nvdisasm_dir=$(find_nvdisasm || true)
+fi
+[ -n "$nvdisasm_dir" ] || { echo "check_sass: nvdisasm not found (cuobjdump -sass needs it)" >&2; exit 1; }
+export PATH="$nvdisasm_dir:$PATH" NVDISASM_PATH="$nvdisasm_dir"
 hw=$(find "$build" -name 'quantize_nvfp4_act_sm120a.cu.o' | head -1)
 sw=$(find "$build" -name 'quantize_nvfp4_act_sm80.cu.o' | head -1)
 [ -n "$hw" ] && [ -n "$sw" ] || { echo "check_sass: quantize_nvfp4_act objects not found under $build" >&2; exit 1; }
