@@ -87,6 +87,14 @@ __device__ __forceinline__ void stage_x(const sweep_params& p, __nv_bfloat16* xs
     }
 }
 
+// Row r (0..15) and x row c of tile ti's sums: its S warp sums (shared memory `red`, [warp][16][8])
+// added in warp order.
+__device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r, int c) {
+    float sum = 0.0f;
+    for (int s2 = 0; s2 < S; ++s2) sum += red[((ti * S + s2) * 16 + r) * 8 + c];
+    return sum;
+}
+
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
 // instead of staged in shared memory.
@@ -176,9 +184,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
         for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
-            float sg = 0.0f, su = 0.0f;
-            for (int s2 = 0; s2 < p.S; ++s2) sg += red[(s2 * 16 + r) * 8 + c];
-            for (int s2 = 0; s2 < p.S; ++s2) su += red[((p.S + s2) * 16 + r) * 8 + c];
+            const float sg = tile_sum(red, p.S, 0, r, c), su = tile_sum(red, p.S, 1, r, c);
             if (n < p.n_ff)
                 p.out[size_t(c) * p.n_ff + n] =
                     silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
@@ -187,17 +193,15 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     }
     if (p.n_gr == 1) {
         for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
-            const int r = v / p.m, c = v % p.m, ti2 = r / 16, n = row0 + r;
-            float sum = 0.0f;
-            for (int s2 = 0; s2 < p.S; ++s2) sum += red[((ti2 * p.S + s2) * 16 + r % 16) * 8 + c];
+            const int r = v / p.m, c = v % p.m, n = row0 + r;
+            const float sum = tile_sum(red, p.S, r / 16, r % 16, c);
             if (n < p.n) p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
         }
         return;
     }
     for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
-        const int r = v / p.m, c = v % p.m, ti2 = r / 16, n = row0 + r;
-        float sum = 0.0f;
-        for (int s2 = 0; s2 < p.S; ++s2) sum += red[((ti2 * p.S + s2) * 16 + r % 16) * 8 + c];
+        const int r = v / p.m, c = v % p.m, n = row0 + r;
+        const float sum = tile_sum(red, p.S, r / 16, r % 16, c);
         if (n < n_pad) p.partial[(size_t(gr) * n_pad + n) * p.m + c] = sum;
     }
     __threadfence();
