@@ -167,6 +167,10 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
                                     const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,
                                     const w4a16_gemv_config& cfg = {});
 
+// The current device's opt-in shared memory per block, asked once per device (the W4A16 launchers'
+// cudaFuncAttributeMaxDynamicSharedMemorySize and their shared-memory fits).
+int64_t smem_optin_here();
+
 // ---- W4A16 sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) --------------------------------
 // m ≤ 8 on the same re-laid weight: many short CTAs, each copying T tiles × G groups of the weight to
 // shared memory before its PDL wait (T·S warps, S per tile, G / S groups each); x staged per CTA or

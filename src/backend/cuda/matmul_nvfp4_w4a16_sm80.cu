@@ -37,8 +37,6 @@ constexpr int X_PAD = 8;                  // bf16 per smem row: staggers rows ac
 static_assert(RING_BYTES == W4A16_SMALL_RING_BYTES && X_SMEM_MAX == w4a16_small_smem(64) && X_PAD == 8,
               "w4a16_small_smem (w4a16_layout.h) must describe this file's shared memory");
 
-// The current device's opt-in shared memory per block (asked once per device) and the rows the
-// small-M kernels take within it (w4a16_small_m_fit: 64 on H100, 32 on 99-KB devices).
 // A device attribute of the current device, asked once per device (cache: 0 = not asked yet).
 int64_t attr_here(cudaDeviceAttr attr, std::atomic<int> (&cache)[64]) {
     int dev = 0;
@@ -50,14 +48,12 @@ int64_t attr_here(cudaDeviceAttr attr, std::atomic<int> (&cache)[64]) {
     if (cached) cache[dev].store(v, std::memory_order_relaxed);
     return v;
 }
-int64_t smem_optin_here() {
-    static std::atomic<int> cache[64];
-    return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
-}
 int64_t smem_per_sm_here() {
     static std::atomic<int> cache[64];
     return attr_here(cudaDevAttrMaxSharedMemoryPerMultiprocessor, cache);
 }
+// The rows the small-M kernels take within the device's opt-in shared memory per block
+// (w4a16_small_m_fit: 64 on H100, 32 on 99-KB devices).
 int64_t small_m_max_here() { return w4a16_small_m_fit(smem_optin_here(), W4A16_SM80_SMALL_M_MAX); }
 
 // ---- packed layout: w4a16_layout.h (the packer: w4a16_layout.cpp) ------------------------------
@@ -650,6 +646,11 @@ void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, 
 }
 
 }  // namespace
+
+int64_t smem_optin_here() {
+    static std::atomic<int> cache[64];
+    return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
+}
 
 int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count) {
     return small_version(w4a16_sm80_dims_of(n, k), sm_count, {});

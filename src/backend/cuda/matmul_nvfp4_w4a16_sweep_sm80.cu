@@ -234,13 +234,10 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
     auto kern = sweep_kernel<GS, MATH, XD, SILU>;
     static bool attr_set = false;
     if (!attr_set) {
-        int dev = 0, optin = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         cudaFuncAttributes fa{};
         CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        optin - int(fa.sharedSizeBytes)));
+                                        int(smem_optin_here()) - int(fa.sharedSizeBytes)));
         attr_set = true;
     }
     launch_on(kern, dim3(unsigned(p.n_tb * p.n_gr)), dim3(unsigned(32 * p.T * p.S)), smem, s, pdl, p);
