@@ -10,6 +10,7 @@ usage: timeline.py trace.csv [trace2.csv ...] [--graph-nodes N] [--per-layer N]
 import argparse
 import collections
 import csv
+import itertools
 import statistics
 
 
@@ -39,14 +40,15 @@ def classify(name, ctas):
 
 def summarize(ls):
     n = len(ls[0])
+    frontier = [list(itertools.accumulate((k[1] for k in l), max)) for l in ls]
     span = statistics.median(l[-1][1] - l[0][0] for l in ls) / 1e3
     per_node = []
     for i in range(n):
         dur = statistics.median(l[i][1] - l[i][0] for l in ls) / 1e3
         if i == 0:
             adv, ov = statistics.median(l[0][1] - l[0][0] for l in ls) / 1e3, 0.0
-        else:
-            adv = statistics.median(l[i][1] - max(l[j][1] for j in range(i)) for l in ls) / 1e3
+        else:  # frontier[k][i - 1]: the latest end among launch k's first i kernels
+            adv = statistics.median(l[i][1] - f[i - 1] for l, f in zip(ls, frontier)) / 1e3
             ov = statistics.median(l[i - 1][1] - l[i][0] for l in ls) / 1e3
         per_node.append((ls[0][i][2], dur, adv, ov, ls[0][i][3], ls[0][i][4]))
     return span, per_node
