@@ -585,7 +585,7 @@ static void run_variants(int sms, double bw, void* ws_cublas) {
     }
 }
 
-// --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80) at m = 1, 2, 4, 8 under every
+// --sweep: the sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80) at m = 1, 2, 4, 8, 12, 16 under every
 // plan that holds all of k in one CTA (T tiles, S warps per tile; where k has more than 8 groups,
 // down: the plans of ≤ 14 groups per CTA, k split over CTAs) and fits the device, x staged in
 // shared memory or read directly, beside the sm80 launcher (plain and with PDL; the sweep kernel runs with PDL, as in
@@ -628,7 +628,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
     std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n"
                 "|---|---|---|---|---|---|---|\n");
     for (const llama_shape& sh : sweep_shapes()) {
-        bench_shape b(sh.n, sh.k, sh.what, 8, sms, ws_cublas);
+        bench_shape b(sh.n, sh.k, sh.what, 16, sms, ws_cublas);
         std::vector<cuda::w4a16_sweep_config> cfgs(1);  // [0]: the default plan
         cfgs[0].pdl = 1;
         const bool split = b.d.k_groups > cuda::W4A16_SWEEP_K_GROUPS_MAX;  // down: only plans that split k
@@ -640,7 +640,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                     c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
                     if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
                 }
-        cuda::w4a16_sm80_workspace sws = sweep_workspace(b, cfgs, 8);
+        cuda::w4a16_sm80_workspace sws = sweep_workspace(b, cfgs, 16);
         std::vector<uint16_t> ref, got;
         auto fetch = [&](long m, std::vector<uint16_t>& v) {
             CK(cudaStreamSynchronize(g_stream));
@@ -648,7 +648,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
             CK(cudaMemcpy(v.data(), b.out, v.size() * 2, cudaMemcpyDeviceToHost));
         };
         auto bf = [](uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; };
-        for (long m : {1L, 2L, 4L, 8L}) {
+        for (long m : {1L, 2L, 4L, 8L, 12L, 16L}) {
             const double io = double(m) * b.k * 2 + double(m) * b.n * 2;
             for (int pdl : {0, 1}) {
                 cuda::w4a16_small_config sc;

@@ -172,12 +172,17 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
 int64_t smem_optin_here();
 
 // ---- W4A16 sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) --------------------------------
-// m ≤ 8 on the same re-laid weight: many short CTAs, each copying T tiles × G groups of the weight to
+// m ≤ 16 on the same re-laid weight (m > 8: two 8-row column tiles per MMA step, x through L1): many short CTAs, each copying T tiles × G groups of the weight to
 // shared memory before its PDL wait (T·S warps, S per tile, G / S groups each); x staged per CTA or
 // read by each lane through L1. Workspace (plans that split k over CTAs, n_gr > 1): partial ≥ the
 // plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every launch leaves
 // them zero). Deterministic; a row's arithmetic depends on the weight shape alone (not on m).
-constexpr int64_t W4A16_SWEEP_M_MAX = 8;         // rows the kernel takes (and the registry gives it)
+constexpr int64_t W4A16_SWEEP_M_MAX = 16;        // rows the kernel takes (and the registry gives it)
+// The registry gives it m > 8 (two column tiles, x re-read through L1 by every CTA) only for weights of
+// n ≤ this: there it beat the sm80 kernel at m = 12 and 16 on an H100 (qkv 12.32 vs 14.24 µs, o_proj 9.58
+// vs 12.16 at m = 16); on gate+up (n = 28672, 896 CTAs each reading all of x) it lost (49.8 vs 40.3 µs;
+// docs/perf.md, session 20).
+constexpr int64_t W4A16_SWEEP_WIDE_N_MAX = 8192;
 constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default plan (k ≤ 4096): one CTA holds all of k
 struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
     int T = 0, G = 0, S = 0;

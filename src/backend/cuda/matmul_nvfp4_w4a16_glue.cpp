@@ -209,6 +209,9 @@ std::string accepts_w4a16_sweep(const matmul_args& a) {
     if (d.k_groups > W4A16_SWEEP_K_GROUPS_MAX)
         return "k = " + std::to_string(a.k) + " > " + std::to_string(W4A16_SWEEP_K_GROUPS_MAX * w4a16::GROUP_K) +
                ": a CTA of the sweep kernel holds all of k (split plans measured slower); the sm80 kernel takes it";
+    if (a.m > 8 && a.n > W4A16_SWEEP_WIDE_N_MAX)
+        return "m = " + std::to_string(a.m) + " > 8 on n = " + std::to_string(a.n) + " > " +
+               std::to_string(W4A16_SWEEP_WIDE_N_MAX) + ": every CTA re-reads x (slower than the sm80 kernel)";
     return w4a16_sweep_why_not(w4a16_sweep_plan_of(a.n, a.k, a.m), a.m);
 }
 

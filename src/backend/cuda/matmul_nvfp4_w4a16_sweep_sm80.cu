@@ -1,4 +1,4 @@
-// matmul_nvfp4_w4a16_sweep_sm80: a decode (m ≤ 8) W4A16 NVFP4 kernel shaped like the bf16 GEMV
+// matmul_nvfp4_w4a16_sweep_sm80: a decode (m ≤ 16) W4A16 NVFP4 kernel shaped like the bf16 GEMV
 // (matmul_dense_gemv_sm80.cu) rather than like the one-wave small-M kernels: a grid of many short
 // CTAs (thousands for the large shapes), each copying its whole share of the weight — T 16-row tiles
 // × G 512-k groups, 4.5 KB per (tile, group) with the scales — to shared memory by cp.async before
@@ -57,14 +57,31 @@ __device__ __forceinline__ void sweep_chunk(const uint4& q, uint32_t two, const 
     chunk_mma_n8(q, s0, s1, blo, bhi, acc);
 }
 
+// The same for x rows 8 .. 15 too (NB = 2: m ≤ 16): the chunk decoded once, its 4 MMAs into each
+// column tile in chunk_mma_n8's order, so tile 0's sums are the NB = 1 sums bit for bit.
+__device__ __forceinline__ void sweep_chunk2(const uint4& q, uint32_t two, const uint4 (&b)[4], float (&acc0)[4],
+                                             float (&acc1)[4]) {
+    uint32_t s0, s1;
+    scales_to_bf16x2(two, s0, s1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t a[4];
+        a_regs(q, j, s0, s1, a);
+        const uint4& b0 = j < 2 ? b[0] : b[1];
+        const uint4& b1 = j < 2 ? b[2] : b[3];
+        mma16816<__nv_bfloat16>(acc0, a[0], a[1], a[2], a[3], (j & 1) ? b0.z : b0.x, (j & 1) ? b0.w : b0.y);
+        mma16816<__nv_bfloat16>(acc1, a[0], a[1], a[2], a[3], (j & 1) ? b1.z : b1.x, (j & 1) ? b1.w : b1.y);
+    }
+}
+
 // Shared memory (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD] bf16,
-// then [warps][16 rows][8 m] f32 warp sums.
+// then [warps][16 rows][8·NB m] f32 warp sums (NB column tiles of 8 x rows: 1 for m ≤ 8, 2 above).
 __host__ __device__ constexpr size_t sweep_x_off(int warps, int gs) { return size_t(warps) * gs * UNIT_U4; }
 __host__ __device__ constexpr size_t sweep_red_off(int warps, int gs, int m, int G) {
     return sweep_x_off(warps, gs) + (size_t(m) * (G * GROUP_K + X_PAD) * 2 + 15) / 16;
 }
-__host__ __device__ constexpr size_t sweep_smem(int warps, int gs, int m, int G) {
-    return (sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 / 4) * 16;
+__host__ __device__ constexpr size_t sweep_smem(int warps, int gs, int m, int G, int nb) {
+    return (sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 * nb / 4) * 16;
 }
 
 // x of the CTA's groups (zeros past k) into shared memory by every thread, up to 4 loads in flight
@@ -87,19 +104,21 @@ __device__ __forceinline__ void stage_x(const sweep_params& p, __nv_bfloat16* xs
     }
 }
 
-// Row r (0..15) and x row c of tile ti's sums: its S warp sums (shared memory `red`, [warp][16][8])
-// added in warp order.
-__device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r, int c) {
+// Row r (0..15) and x row c of tile ti's sums: its S warp sums (shared memory `red`, [warp][16][cw],
+// cw = 8·NB) added in warp order.
+__device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r, int c, int cw) {
     float sum = 0.0f;
-    for (int s2 = 0; s2 < S; ++s2) sum += red[((ti * S + s2) * 16 + r) * 8 + c];
+    for (int s2 = 0; s2 < S; ++s2) sum += red[((ti * S + s2) * 16 + r) * cw + c];
     return sum;
 }
 
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
 // instead of staged in shared memory.
-template <int GS, bool MATH, bool XD, bool SILU>
+template <int GS, bool MATH, bool XD, bool SILU, int NB>
 __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p) {
+    static_assert(NB == 1 || (MATH && XD), "x rows 8 .. 15 are read through L1");
+    constexpr int CW = 8 * NB;  // columns of a warp's sums
     extern __shared__ uint4 smem[];
     __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -128,7 +147,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     pdl_wait();
     pdl_trigger();
 
-    const int xrow = p.G * GROUP_K + X_PAD, row = g < p.m ? g : 0;
+    const int xrow = p.G * GROUP_K + X_PAD, row = g < p.m ? g : 0, row2 = g + 8 < p.m ? g + 8 : 0;
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + sweep_x_off(W, GS));
     if (!XD) {
         stage_x(p, xs, xrow, gr * p.G * GROUP_K);
@@ -136,6 +155,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     }
 
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // NB = 2: x rows 8 .. 15
     uint32_t sink = 0;
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
@@ -149,6 +169,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
         const int k0 = (gw0 + u) * GROUP_K + 16 * t;  // the lane's k in chunk 0 of the unit
         const uint4* xr = XD ? reinterpret_cast<const uint4*>(p.x + size_t(row) * p.k + (k0 < p.k ? k0 : 0))
                              : reinterpret_cast<const uint4*>(xs + row * xrow + (s * GS + u) * GROUP_K + 16 * t);
+        const uint4* xr2 = reinterpret_cast<const uint4*>(p.x + size_t(row2) * p.k + (k0 < p.k ? k0 : 0));
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; i += 2) {
             const uint32_t two = word_of(sc, i >> 1);
@@ -162,8 +183,22 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
                     xq[2 * h] = in ? (XD ? __ldg(xc) : xc[0]) : make_uint4(0, 0, 0, 0);
                     xq[2 * h + 1] = in ? (XD ? __ldg(xc + 1) : xc[1]) : make_uint4(0, 0, 0, 0);
                 }
-                sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
-                sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);
+                if constexpr (NB == 1) {
+                    sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
+                    sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);
+                } else {
+                    uint4 xq2[4];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const bool in = k0 + (i + h) * CHUNK_K < p.k;
+                        const uint4* xc = xr2 + (i + h) * (CHUNK_K / 8);
+                        xq2[2 * h] = in ? __ldg(xc) : make_uint4(0, 0, 0, 0);
+                        xq2[2 * h + 1] = in ? __ldg(xc + 1) : make_uint4(0, 0, 0, 0);
+                    }
+                    const uint4 b0[4] = {xq[0], xq[1], xq2[0], xq2[1]}, b1[4] = {xq[2], xq[3], xq2[2], xq2[3]};
+                    sweep_chunk2(q[32 * i], two, b0, acc[0], acc2[0]);
+                    sweep_chunk2(q[32 * (i + 1)], two >> 16, b1, acc[1], acc2[1]);
+                }
             } else {
                 const uint4 a = q[32 * i], b = q[32 * (i + 1)];
                 sink ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ two;
@@ -172,19 +207,22 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     }
     if (!MATH) acc[0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][e] += acc[1][e];
+    for (int e = 0; e < 4; ++e) acc[0][e] += acc[1][e], acc2[0][e] += acc2[1][e];
 
     // Warp sums → shared memory; a tile's S warps added in warp order.
     float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 16 + g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1)] = acc[0][e];
+    for (int e = 0; e < 4; ++e) {
+        red[(warp * 16 + g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[0][e];
+        if (NB == 2) red[(warp * 16 + g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[0][e];
+    }
     __syncthreads();
     const int rows = p.T * 16, n_pad = p.n_tiles * 16;
     const int row0 = tb * rows;
     if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
         for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
-            const float sg = tile_sum(red, p.S, 0, r, c), su = tile_sum(red, p.S, 1, r, c);
+            const float sg = tile_sum(red, p.S, 0, r, c, CW), su = tile_sum(red, p.S, 1, r, c, CW);
             if (n < p.n_ff)
                 p.out[size_t(c) * p.n_ff + n] =
                     silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
@@ -194,14 +232,14 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     if (p.n_gr == 1) {
         for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, n = row0 + r;
-            const float sum = tile_sum(red, p.S, r / 16, r % 16, c);
+            const float sum = tile_sum(red, p.S, r / 16, r % 16, c, CW);
             if (n < p.n) p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
         }
         return;
     }
     for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
         const int r = v / p.m, c = v % p.m, n = row0 + r;
-        const float sum = tile_sum(red, p.S, r / 16, r % 16, c);
+        const float sum = tile_sum(red, p.S, r / 16, r % 16, c, CW);
         if (n < n_pad) p.partial[(size_t(gr) * n_pad + n) * p.m + c] = sum;
     }
     __threadfence();
@@ -229,9 +267,9 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     if (threadIdx.x == 0) p.counters[tb] = 0;  // ready for the next launch / graph replay
 }
 
-template <int GS, bool MATH, bool XD, bool SILU = false>
+template <int GS, bool MATH, bool XD, bool SILU = false, int NB = 1>
 void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
-    auto kern = sweep_kernel<GS, MATH, XD, SILU>;
+    auto kern = sweep_kernel<GS, MATH, XD, SILU, NB>;
     static bool attr_set = false;
     if (!attr_set) {
         cudaFuncAttributes fa{};
@@ -245,7 +283,9 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
 
 template <int GS>
 void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, bool math, bool xd) {
-    if (p.n_ff > 0 && xd) launch_gs<GS, true, true, true>(p, smem, s, pdl);
+    if (p.m > 8 && p.n_ff > 0) launch_gs<GS, true, true, true, 2>(p, smem, s, pdl);  // why_not: math, x direct
+    else if (p.m > 8) launch_gs<GS, true, true, false, 2>(p, smem, s, pdl);
+    else if (p.n_ff > 0 && xd) launch_gs<GS, true, true, true>(p, smem, s, pdl);
     else if (p.n_ff > 0) launch_gs<GS, true, false, true>(p, smem, s, pdl);
     else if (!math && xd) launch_gs<GS, false, true>(p, smem, s, pdl);  // the plan's smem has no x with xd
     else if (!math) launch_gs<GS, false, false>(p, smem, s, pdl);
@@ -278,7 +318,7 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
     pl.n_tb = pl.silu_n_ff > 0 ? int(pl.silu_n_ff / 16) : int((d.n_tiles + pl.T - 1) / pl.T);
     pl.n_gr = int((d.k_groups + pl.G - 1) / pl.G);
     const int gs = pl.S > 0 ? std::max(1, pl.G / pl.S) : 1;
-    pl.smem = sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(std::max<int64_t>(m, 1)), pl.G);
+    pl.smem = sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(std::max<int64_t>(m, 1)), pl.G, m > 8 ? 2 : 1);
     pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(std::max<int64_t>(m, 1)) * 4 : 0;
     pl.counter_count = pl.n_gr > 1 ? size_t(pl.n_tb) : 0;
     return pl;
@@ -292,6 +332,7 @@ std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m) {
     if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
     const int gs = pl.G / pl.S;
     if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
+    if (m > 8 && !pl.x_direct) return strfmt("m = %lld > 8: x rows 8 .. 15 are read through L1 (x_direct)", (long long)m);
     if (pl.silu_n_ff > 0 && (pl.n_gr != 1 || pl.T != 2))
         return strfmt("matmul_silu: a CTA holds all of k and a gate/up tile pair; plan T = %d, %d group ranges", pl.T,
                       pl.n_gr);
@@ -319,6 +360,8 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
     p.T = pl.T, p.G = pl.G, p.S = pl.S, p.n_tb = pl.n_tb, p.n_gr = pl.n_gr;
     p.n_ff = int(pl.silu_n_ff);
     p.alpha = w.scale_global * 256.0f;
+    TETRA_CHECK(m <= 8 || cfg.no_math == 0, "matmul_nvfp4_w4a16_sweep: the no-math pattern takes m <= 8 (m = %lld)",
+                (long long)m);
     const bool pdl = cfg.pdl != 0, math = cfg.no_math == 0;
     switch (pl.G / pl.S) {
         case 1: launch_modes<1>(p, pl.smem, s, pdl, math, pl.x_direct); break;

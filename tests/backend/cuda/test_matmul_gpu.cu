@@ -551,12 +551,14 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
 TEST(matmul_w4a16_sweep, refuses_what_it_cannot_run) {
     host_weight hw = random_weight(32, 1024, 909);
     dev_weight dw(hw, 1);
-    dbuf x(size_t(9 * hw.k) * 2), out(size_t(9 * hw.n) * 2);
-    cuda::w4a16_sweep_config wide;
+    const int64_t over = cuda::W4A16_SWEEP_M_MAX + 1;
+    dbuf x(size_t(over * hw.k) * 2), out(size_t(over * hw.n) * 2);
+    cuda::w4a16_sweep_config wide, staged;
     wide.T = 8, wide.G = 2, wide.S = 2;  // 16 warps
-    const std::pair<int64_t, cuda::w4a16_sweep_config> bad[] = {{9, {}}, {1, wide}};
-    const char* want[] = {"m = 9", "at most 8 warps"};
-    for (int i = 0; i < 2; ++i) {
+    staged.x_direct = 0;                 // m > 8 reads x rows 8 .. 15 through L1 only
+    const std::pair<int64_t, cuda::w4a16_sweep_config> bad[] = {{over, {}}, {1, wide}, {9, staged}};
+    const std::string want[] = {"m = " + std::to_string(over), "at most 8 warps", "x rows 8 .. 15"};
+    for (int i = 0; i < 3; ++i) {
         try {
             cuda::matmul_nvfp4_w4a16_sweep_launch(x.p, bad[i].first, dw.w, out.p, {}, 0, bad[i].second);
             ADD_FAILURE() << "case " << i << " was accepted";
@@ -874,7 +876,7 @@ TEST(matmul_cuda_backend, registry_selects_and_matches_oracle) {
         matmul_args a = args_for(xd, out, dw, m);
         // small m (k ≤ 4096): the sweep kernel; m ≤ 8: the sm80 one (the priorities follow docs/perf.md)
         std::string sel = kernel_registry::instance().select("matmul_nvfp4_w4a16", be->device(), a).name;
-        if (m <= cuda::W4A16_SWEEP_M_MAX)
+        if (m <= cuda::W4A16_SWEEP_M_MAX && (m <= 8 || hw.n <= cuda::W4A16_SWEEP_WIDE_N_MAX))
             EXPECT_EQ(sel, "matmul_nvfp4_w4a16_sweep_sm80");
         else if (m <= cuda::W4A16_GEMV_M_MAX)
             EXPECT_TRUE(sel == "matmul_nvfp4_w4a16_gemv_sm80" || sel == "matmul_nvfp4_w4a16_sm80") << sel;
