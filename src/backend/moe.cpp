@@ -178,7 +178,7 @@ void moe_matmul_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
 }
 
 void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights, const tensor& out,
-                 const tensor& shared, const tensor& shared_gate) {
+                 const tensor& shared, const tensor& shared_gate, const moe_combine_norm* norm) {
     const char* op = "moe_combine";
     check_on(be, y, op, "y"), check_on(be, dest_rows, op, "dest_rows"), check_on(be, topk_weights, op, "topk_weights");
     check_on(be, out, op, "out");
@@ -199,7 +199,24 @@ void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const te
     moe_combine_args a;
     a.act = y.type, a.y = y, a.dest_rows = dest_rows, a.topk_weights = topk_weights, a.out = out;
     a.shared = shared, a.shared_gate = shared_gate, a.n_tokens = n_tokens, a.k = k, a.n = n;
+    if (norm) {
+        const moe_combine_norm& nm = *norm;
+        check_on(be, nm.residual, op, "residual"), check_on(be, nm.w, op, "norm w"), check_on(be, nm.h, op, "h");
+        check_dtype(nm.residual, y.type, op, "residual"), check_dtype(nm.h, y.type, op, "h"), check_act(nm.w, op, "norm w");
+        check_shape(nm.residual, {n_tokens, n}, op, "residual"), check_shape(nm.h, {n_tokens, n}, op, "h");
+        check_shape(nm.w, {n}, op, "norm w");
+        TETRA_CHECK(disjoint(nm.h, out) && disjoint(nm.h, nm.residual) && disjoint(nm.h, y) &&
+                        disjoint(nm.residual, out) && disjoint(nm.residual, y),
+                    "%s: 'h', 'residual', 'out' and 'y' must not overlap", op);
+        a.norm = nm;
+        run_op(be, op, a, {&y, &dest_rows, &topk_weights, &nm.residual, &nm.w, &nm.h, &out});
+        return;
+    }
     run_op(be, op, a, {&y, &dest_rows, &topk_weights, &out});
+}
+
+void moe_combine_norm_after(backend& be, const moe_combine_args& a) {
+    if (a.norm.residual.data) be.add_rms_norm(a.norm.residual, a.out, a.norm.w, a.norm.eps, a.norm.h);
 }
 
 }  // namespace tetra

@@ -68,8 +68,17 @@ void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weig
 // Qwen3-Next shared expert; without shared_gate the shared row is added with weight 1).
 // y: [n_rows, n] act; dest_rows: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k];
 // out: [n_tokens, n] act; shared: [n_tokens, n] act or empty; shared_gate: [n_tokens, 1] act or empty
+// norm (optional): the next add_rms_norm folded into the combine — after out, add_rms_norm(residual,
+// out, w, eps, h) with backend::add_rms_norm's result bit for bit (the CUDA decode kernel does both in
+// one launch: one kernel fewer per MoE layer). residual, h: [n_tokens, n] act; w: [n]; h must not
+// overlap out, residual or y.
+struct moe_combine_norm {
+    tensor residual, w, h;
+    float eps = 1e-6f;
+};
 void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const tensor& topk_weights,
-                 const tensor& out, const tensor& shared = tensor(), const tensor& shared_gate = tensor());
+                 const tensor& out, const tensor& shared = tensor(), const tensor& shared_gate = tensor(),
+                 const moe_combine_norm* norm = nullptr);
 
 // ---- kernel arguments (registry op name in the comment; shapes as validated above) ----------------
 
@@ -121,7 +130,11 @@ void moe_matmul_silu_two_step(backend& be, const moe_matmul_silu_args& a);
 struct moe_combine_args : op_args {
     tensor y, dest_rows, topk_weights, out, shared, shared_gate;  // shared/shared_gate: data null = none
     int64_t n_tokens = 0, k = 0, n = 0;
+    moe_combine_norm norm;  // norm.residual data null = none; else add_rms_norm(residual, out, w, eps, h)
 };
+// A kernel's norm step where it has no fused form: add_rms_norm through the registry (the CPU kernel
+// and the CUDA fallback; moe.cpp).
+void moe_combine_norm_after(backend& be, const moe_combine_args& a);
 
 namespace cpu {
 // Adds the CPU tables of the MoE ops (cpu/moe_*_cpu.cpp); called by cpu::register_kernels.

@@ -141,9 +141,10 @@ class dense_decoder final : public causal_lm {
         auto run = [&](step_op o) { return ops_.run(o); };
         if (run(step_op::EMBEDDING)) be_.embedding(w_.embed, b.ids, residual);
         tap("embd", -1, residual);
+        bool normed = false;  // the previous MoE layer's combine already ran this norm (moe_combine_norm)
         for (int il = 0; il < int(c.n_layer); ++il) {
             const decoder_layer_weights& L = w_.layers[size_t(il)];
-            if (run(step_op::ATTN_NORM)) {
+            if (run(step_op::ATTN_NORM) && !normed) {
                 if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
                 else be_.add_rms_norm(residual, proj, L.attn_norm, c.rms_norm_eps, h);
             }
@@ -184,8 +185,13 @@ class dense_decoder final : public causal_lm {
             if (run(step_op::O_PROJ)) be_.matmul(attn, L.o, proj, mode_);
             if (run(step_op::FFN_NORM)) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
             tap("ffn_norm", il, h);
+            normed = false;
             if (L.moe) {
-                moe_->forward(*L.moe, h, proj, mode_, ops_);
+                // the next norm (attn_norm of layer il + 1, or the output norm) in the combine's kernel
+                const bool last = il + 1 == int(c.n_layer);
+                moe_combine_norm next{residual, last ? w_.norm : w_.layers[size_t(il) + 1].attn_norm, h, c.rms_norm_eps};
+                const bool fold = ops_.runs(last ? step_op::OUTPUT_NORM : step_op::ATTN_NORM);
+                normed = moe_->forward(*L.moe, h, proj, mode_, ops_, fold ? &next : nullptr);
                 tap("moe_ids", il, moe_->topk_ids(n));
             } else {
                 if (run(step_op::GATE_UP))
@@ -194,7 +200,7 @@ class dense_decoder final : public causal_lm {
             }
             tap("ffn_out", il, proj);
         }
-        if (run(step_op::OUTPUT_NORM)) be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
+        if (run(step_op::OUTPUT_NORM) && !normed) be_.add_rms_norm(residual, proj, w_.norm, c.rms_norm_eps, h);
         tap("norm", -1, h);
         tensor last = tensor_rows(last_, 0, b.n_logits);
         logits_view_ = tensor_rows(logits_, 0, b.n_logits);

@@ -91,7 +91,8 @@ tensor front(const tensor& buf, int64_t n, int64_t ff) {
 
 }  // namespace
 
-void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode, step_ops& ops) {
+bool moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode, step_ops& ops,
+                      const moe_combine_norm* norm) {
     int64_t n = h.dim(0), k = c_.n_expert_used, rows = n * k;
     tensor logits = tensor_rows(logits_, 0, n), ids = tensor_rows(ids_, 0, n), wts = tensor_rows(weights_, 0, n);
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
@@ -121,8 +122,9 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
     }
     if (ops.run(step_op::EXPERT_DOWN)) moe_matmul(be_, g, L.down, offsets_, ys, mode, early || gate_up);
     if (!L.has_shared) {
-        if (ops.run(step_op::COMBINE)) moe_combine(be_, ys, dest, wts, out);
-        return;
+        if (!ops.run(step_op::COMBINE)) return false;
+        moe_combine(be_, ys, dest, wts, out, tensor(), tensor(), norm);
+        return norm != nullptr;
     }
     tensor sg = tensor_rows(sh_g_, 0, n), sy = tensor_rows(sh_y_, 0, n), gate = tensor_rows(sh_gate_, 0, n);
     if (ops.run(step_op::SHARED_EXPERT)) {
@@ -130,7 +132,9 @@ void moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
         be_.matmul(sg, L.shared_down, sy, mode);
         be_.matmul(h, L.shared_expert_gate, gate, mode);
     }
-    if (ops.run(step_op::COMBINE)) moe_combine(be_, ys, dest, wts, out, sy, gate);
+    if (!ops.run(step_op::COMBINE)) return false;
+    moe_combine(be_, ys, dest, wts, out, sy, gate, norm);
+    return norm != nullptr;
 }
 
 }  // namespace tetra

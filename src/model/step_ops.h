@@ -47,6 +47,8 @@ struct step_ops {
         ++calls[size_t(o)];
         return !((skip >> int(o)) & 1u);
     }
+    // Whether the class will run, without counting it (an op folded into an earlier class's kernel).
+    bool runs(step_op o) const { return !((skip >> int(o)) & 1u); }
 };
 
 }  // namespace tetra

@@ -436,6 +436,39 @@ TEST(moe_ops, combine) {
     }
 }
 
+// The next add_rms_norm folded into the combine (moe_combine_norm): on the CPU out, the residual
+// and h equal moe_combine then add_rms_norm bit for bit; h overlapping out is refused.
+TEST(moe_ops, combine_with_folded_norm) {
+    rng r(106);
+    auto bytes = [](const tensor& t) {
+        const uint8_t* p = static_cast<const uint8_t*>(t.data);
+        return std::vector<uint8_t>(p, p + t.nbytes());
+    };
+    for (dtype at : {dtype::F32, dtype::BF16}) {
+        const int64_t k = 4, nt = 3, n = 40, n_rows = nt * k;
+        std::vector<int32_t> dest;
+        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t(i));
+        tensor y = random_tensor(r, at, {n_rows, n}), w = random_tensor(r, dtype::F32, {nt, k}, 0.5);
+        tensor res0 = random_tensor(r, at, {nt, n}, 4.0), nw = random_tensor(r, dtype::BF16, {n});
+        tensor out_a = tensor::alloc(at, {nt, n}), out_b = tensor::alloc(at, {nt, n});
+        tensor h_a = tensor::alloc(at, {nt, n}), h_b = tensor::alloc(at, {nt, n});
+        tensor res_a = tensor::alloc(at, {nt, n}), res_b = tensor::alloc(at, {nt, n});
+        std::memcpy(res_a.data, res0.data, res0.nbytes()), std::memcpy(res_b.data, res0.data, res0.nbytes());
+        moe_combine_norm nm{res_a, nw, h_a, 1e-5f};
+        moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_a, tensor(), tensor(), &nm);
+        moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_b);
+        cpu_be().add_rms_norm(res_b, out_b, nw, 1e-5f, h_b);
+        EXPECT_EQ(bytes(out_a), bytes(out_b)) << dn(at);
+        EXPECT_EQ(bytes(res_a), bytes(res_b)) << dn(at);
+        EXPECT_EQ(bytes(h_a), bytes(h_b)) << dn(at);
+        EXPECT_NE(bytes(res_a), bytes(res0)) << dn(at) << ": the residual was not updated";
+        moe_combine_norm bad{res_a, nw, out_a, 1e-5f};
+        EXPECT_NE(error_of([&] { moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_a, tensor(), tensor(), &bad); })
+                      .find("must not overlap"),
+                  std::string::npos);
+    }
+}
+
 namespace {
 
 // The whole MoE block as the model runs it (model/moe.cpp), on the CPU backend with default kernel

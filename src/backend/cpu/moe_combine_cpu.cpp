@@ -1,6 +1,7 @@
 // moe_combine_cpu: out[t] = Σ_s w[t, s] · y[dest[t, s]] in ascending slot order (f32), then
 // + sigmoid(g[t]) · shared[t] (g in f32: 1 / (1 + exp(-g))). Each token writes only its own row
 // (no atomics), so the result does not depend on threading or on the other tokens of the batch.
+// With a folded norm (moe_combine_norm), add_rms_norm through the registry afterwards: the oracle.
 #include <cmath>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace cpu {
 
 // y: [n_rows, n] act; dest_rows: i32 [n_tokens, k]; topk_weights: f32 [n_tokens, k]; out: [n_tokens, n];
 // shared: [n_tokens, n] or none; shared_gate: [n_tokens, 1] or none
-static void moe_combine_cpu(backend&, const moe_combine_args& a) {
+static void moe_combine_cpu(backend& be, const moe_combine_args& a) {
     const int64_t n = a.n, k = a.k, n_rows = a.y.dim(0);
     const int32_t* dest = a.dest_rows.ptr<int32_t>();
     const float* w = a.topk_weights.ptr<float>();
@@ -39,6 +40,7 @@ static void moe_combine_cpu(backend&, const moe_combine_args& a) {
             for (int64_t j = 0; j < n; ++j) act_store(a.out.data, a.out.type, t * n + j, acc[size_t(j)]);
         }
     });
+    moe_combine_norm_after(be, a);
 }
 
 void register_moe_combine(kernel_registry& r) {

@@ -541,6 +541,55 @@ TEST(moe_ops_gpu, combine_equals_cpu_bitwise) {
     EXPECT_EQ(n_cases, 30);
 }
 
+// The next add_rms_norm folded into the combine (moe_combine_norm): out, the updated residual and h
+// equal the GPU's combine followed by its add_rms_norm bit for bit (the fused kernel runs norm_vec's
+// sums where add_rms_norm runs norm_vec: n = 576, 1000, 2048; n = 200 takes the two launches), with
+// and without the gated shared expert, bf16 and f32 norm weights; out also equals the CPU's combine.
+TEST(moe_ops_gpu, combine_with_folded_norm_equals_combine_then_norm) {
+    rng r(305);
+    int n_cases = 0;
+    for (int64_t n : {2048, 1000, 576, 200})
+        for (int64_t nt : {1, 3})
+            for (int shared_mode : {0, 2})
+                for (dtype wt : {dtype::BF16, dtype::F32}) {
+                    const int64_t k = 8, ne = 16;
+                    std::string vars = "n=" + std::to_string(n) + " n_tokens=" + std::to_string(nt) + " shared=" +
+                                       std::to_string(shared_mode) + " w=" + dtype_name(wt);
+                    tensor ids = i32_2d(random_assignment(r, nt, ne, k), nt, k);
+                    tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
+                    tensor cs = tensor::alloc(dtype::I32, {nt * k}), dest = tensor::alloc(dtype::I32, {nt, k});
+                    moe_permute(cpu_be(), ids, ne, cc, co, cs, dest);
+                    tensor y = random_tensor(r, dtype::BF16, {nt * k, n}), w = random_tensor(r, dtype::F32, {nt, k}, 0.5);
+                    tensor sh = shared_mode ? random_tensor(r, dtype::BF16, {nt, n}) : tensor();
+                    tensor gate = shared_mode ? random_tensor(r, dtype::BF16, {nt, 1}, 2.0) : tensor();
+                    tensor res = random_tensor(r, dtype::BF16, {nt, n}, 4.0), nw = random_tensor(r, wt, {n});
+                    tensor ref = tensor::alloc(dtype::BF16, {nt, n});
+                    moe_combine(cpu_be(), y, dest, w, ref, sh, gate);
+                    std::vector<std::vector<uint8_t>> got[2];
+                    for (int fused = 0; fused < 2; ++fused) {
+                        backend& be = gpu_be();
+                        tensor out = be.alloc(dtype::BF16, {nt, n}), h = be.alloc(dtype::BF16, {nt, n});
+                        tensor rd = to_gpu(res), nwd = to_gpu(nw), yd = to_gpu(y), dd = to_gpu(dest), wd = to_gpu(w);
+                        tensor shd = shared_mode ? to_gpu(sh) : tensor(), gd = shared_mode ? to_gpu(gate) : tensor();
+                        if (fused) {
+                            moe_combine_norm nm{rd, nwd, h, 1e-5f};
+                            moe_combine(be, yd, dd, wd, out, shd, gd, &nm);
+                        } else {
+                            moe_combine(be, yd, dd, wd, out, shd, gd);
+                            be.add_rms_norm(rd, out, nwd, 1e-5f, h);
+                        }
+                        got[fused] = {bytes_of(to_host(out)), bytes_of(to_host(rd)), bytes_of(to_host(h))};
+                    }
+                    EXPECT_EQ(got[1][0], bytes_of(ref)) << vars << ": out vs the CPU's combine";
+                    EXPECT_EQ(got[1][0], got[0][0]) << vars << ": out";
+                    EXPECT_EQ(got[1][1], got[0][1]) << vars << ": the residual";
+                    EXPECT_NE(got[1][1], bytes_of(res)) << vars << ": the residual was not updated";
+                    EXPECT_EQ(got[1][2], got[0][2]) << vars << ": h";
+                    ++n_cases;
+                }
+    EXPECT_EQ(n_cases, 32);
+}
+
 namespace {
 
 // The routed MoE FFN on the GPU (route + permute → gather → gate/up → silu·up → down → combine) for
