@@ -621,6 +621,32 @@ void case_builder::moe_cases() {
         return launch_read(be, launch, g, {&g.out});
     };
     cases.push_back(m);
+    // the combine with the next layer's add_rms_norm folded in (moe_combine_norm, model/layers.cpp):
+    // out, the updated residual and h (its own kernel path on CUDA)
+    const std::string nw_name = "model.layers." + std::to_string(il + 1 < int(c.n_layer) ? il + 1 : 0) +
+                                ".input_layernorm.weight";
+    op_case mn = m;
+    mn.label = m.label + " + add_rms_norm";
+    mn.what = m.what + ", then add_rms_norm w = " + nw_name;
+    tensor nwt = w.get(nw_name);
+    const float eps = c.rms_norm_eps;
+    mn.run = [=](backend& be, int size, const launch_fn& launch) {
+        std::vector<int32_t> dest;
+        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * 5 + 3) % (nt * k + 2)));
+        moe_combine_args g;
+        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, 96));
+        g.dest_rows = be.upload(host_i32(dest, {nt, k}));
+        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, 98));
+        g.out = be.alloc(a, {nt, n});
+        if (shared) g.shared = be.upload(host_random(a, {nt, n}, 99)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 100, 3.0f));
+        g.n_tokens = nt, g.k = k, g.n = n;
+        g.norm.residual = be.upload(host_random(a, {nt, n}, 101, 4.0f)), g.norm.w = be.upload(nwt);
+        g.norm.h = be.alloc(a, {nt, n}), g.norm.eps = eps;
+        g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out, &g.norm.residual, &g.norm.h});
+        (void)size;
+        return launch_read(be, launch, g, {&g.out, &g.norm.residual, &g.norm.h});
+    };
+    cases.push_back(mn);
     // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
     const int64_t nf = c.n_ff_exp;
     op_case f;
