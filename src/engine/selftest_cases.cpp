@@ -607,16 +607,24 @@ void case_builder::moe_cases() {
     m.what = strfmt("moe_combine y[%lld, %lld] %s → %lld tokens%s", (long long)(nt * k + 2), (long long)n,
                     dtype_name(a), (long long)nt, shared ? ", gated shared expert" : "");
     m.tol = tolerance(m.op, a);
-    m.run = [=](backend& be, int, const launch_fn& launch) {
+    // y rows through dest (a fixed permutation-like pattern per `step`), weights, the optional gated
+    // shared expert: the combine's inputs from seeds seed .. seed + 3
+    auto combine_args = [=](backend& be, int64_t step, uint64_t seed) {
         std::vector<int32_t> dest;
-        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * 7 + 1) % (nt * k + 2)));
+        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * step + 1) % (nt * k + 2)));
         moe_combine_args g;
-        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, 92));
+        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, seed));
         g.dest_rows = be.upload(host_i32(dest, {nt, k}));
-        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, 93));
+        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, seed + 1));
         g.out = be.alloc(a, {nt, n});
-        if (shared) g.shared = be.upload(host_random(a, {nt, n}, 94)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 95, 3.0f));
+        if (shared)
+            g.shared = be.upload(host_random(a, {nt, n}, seed + 2)),
+            g.shared_gate = be.upload(host_random(a, {nt, 1}, seed + 3, 3.0f));
         g.n_tokens = nt, g.k = k, g.n = n;
+        return g;
+    };
+    m.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_combine_args g = combine_args(be, 7, 92);
         g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out});
         return launch_read(be, launch, g, {&g.out});
     };
@@ -630,20 +638,11 @@ void case_builder::moe_cases() {
     mn.what = m.what + ", then add_rms_norm w = " + nw_name;
     tensor nwt = w.get(nw_name);
     const float eps = c.rms_norm_eps;
-    mn.run = [=](backend& be, int size, const launch_fn& launch) {
-        std::vector<int32_t> dest;
-        for (int64_t i = 0; i < nt * k; ++i) dest.push_back(int32_t((i * 5 + 3) % (nt * k + 2)));
-        moe_combine_args g;
-        g.act = a, g.y = be.upload(host_random(a, {nt * k + 2, n}, 96));
-        g.dest_rows = be.upload(host_i32(dest, {nt, k}));
-        g.topk_weights = be.upload(host_random(dtype::F32, {nt, k}, 98));
-        g.out = be.alloc(a, {nt, n});
-        if (shared) g.shared = be.upload(host_random(a, {nt, n}, 99)), g.shared_gate = be.upload(host_random(a, {nt, 1}, 100, 3.0f));
-        g.n_tokens = nt, g.k = k, g.n = n;
+    mn.run = [=](backend& be, int, const launch_fn& launch) {
+        moe_combine_args g = combine_args(be, 5, 96);
         g.norm.residual = be.upload(host_random(a, {nt, n}, 101, 4.0f)), g.norm.w = be.upload(nwt);
         g.norm.h = be.alloc(a, {nt, n}), g.norm.eps = eps;
         g.align = ptr_align({&g.y, &g.dest_rows, &g.topk_weights, &g.out, &g.norm.residual, &g.norm.h});
-        (void)size;
         return launch_read(be, launch, g, {&g.out, &g.norm.residual, &g.norm.h});
     };
     cases.push_back(mn);
