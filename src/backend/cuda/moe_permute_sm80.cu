@@ -89,6 +89,39 @@ __device__ __forceinline__ void permute_block(const int32_t* ids, int32_t* count
     }
 }
 
+// The same permutation by one warp where the assignments fit its lanes (n ≤ 32: decode, k ≤ 8 and
+// ≤ 4 tokens): ids in shared memory (sid); assignment i of expert e goes to row offsets[e] + the
+// number of earlier assignments of e — the stable order of the counting sort above, with no block
+// barrier (the route + permute kernel's critical path at batch 1: docs/perf.md, session 20).
+__device__ __forceinline__ void permute_warp(const int32_t* sid, int32_t* counts, int32_t* offsets, int32_t* sorted,
+                                             int32_t* dest, int n, int ne, int k) {
+    const int lane = threadIdx.x & 31;
+    const int e = lane < n ? sid[lane] : -1;
+    const bool valid = e >= 0 && e < ne;
+    int rank = 0, n_valid = 0;
+    for (int j = 0; j < n; ++j) {
+        const int ej = sid[j];
+        const bool vj = ej >= 0 && ej < ne;
+        n_valid += vj;
+        rank += vj && (ej < e || (ej == e && j < lane));
+    }
+    if (lane < n && valid) {
+        dest[lane] = rank;
+        sorted[rank] = lane / k;
+    }
+    for (int x = lane; x < ne; x += 32) {
+        int c = 0, o = 0;
+        for (int j = 0; j < n; ++j) {
+            const int ej = sid[j];
+            c += ej == x;
+            o += ej >= 0 && ej < x;
+        }
+        counts[x] = c;
+        offsets[x] = o;
+    }
+    if (lane == 0) offsets[ne] = n_valid;
+}
+
 __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
                                                               int32_t* sorted, int32_t* dest, int n, int ne, int k,
                                                               bool staged) {
@@ -107,7 +140,8 @@ template <class T, int EPL>
 __global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __restrict__ logits, int32_t* ids,
                                                                     float* __restrict__ w, int32_t* counts,
                                                                     int32_t* offsets, int32_t* sorted, int32_t* dest,
-                                                                    int n_tokens, int ne, int k, bool renorm, int words) {
+                                                                    int n_tokens, int ne, int k, bool renorm, int words,
+                                                                    bool warp_perm) {
     extern __shared__ __align__(16) float smem[];
     __shared__ int warp_sums[WARPS + 1];
     int32_t* base = reinterpret_cast<int32_t*>(smem + size_t(n_tokens) * size_t(words));
@@ -116,6 +150,12 @@ __global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __r
     pdl_trigger();
     const int warp = threadIdx.x >> 5;
     if (warp < n_tokens) route::route_token<T, EPL>(logits, ids, w, warp, ne, k, renorm, smem + size_t(warp) * size_t(words), sid);
+    if (warp_perm) {  // n_tokens · k ≤ 32: one warp permutes (n_tokens is uniform: the barrier is the block's or warp 0's)
+        if (n_tokens > 1) __syncthreads();
+        else __syncwarp();
+        if (warp == 0) permute_warp(sid, counts, offsets, sorted, dest, n_tokens * k, ne, k);
+        return;
+    }
     __syncthreads();  // permute_block's first loop does not touch sid, its barrier follows
     permute_block(ids, counts, offsets, sorted, dest, n_tokens * k, ne, k, false, true, base, sid, warp_sums);
 }
@@ -144,7 +184,7 @@ std::string moe_route_accepts(const moe_route_args& a);
 
 // One launch for decode batches: ≤ WARPS tokens (one warp each), ≤ 256 experts (8 per lane) and
 // router scratch + offsets + ids within the default 48 KB; otherwise the two kernels one after the
-// other.
+// other. ≤ 32 assignments (n_tokens · k): the permutation by warp 0 (permute_warp).
 static void moe_route_permute_launch(backend& be, const moe_route_permute_args& a) {
     const moe_route_args& r = a.route;
     const moe_permute_args& p = a.permute;
@@ -160,7 +200,8 @@ static void moe_route_permute_launch(backend& be, const moe_route_permute_args& 
                                r.logits.ptr<const T>(), r.topk_ids.ptr<int32_t>(), r.topk_weights.ptr<float>(),
                                p.expert_counts.ptr<int32_t>(), p.expert_offsets.ptr<int32_t>(),
                                p.sorted_tokens.ptr<int32_t>(), p.dest_rows.ptr<int32_t>(), int(r.n_tokens),
-                               int(r.n_expert), int(r.k), r.norm_topk_prob, words);
+                               int(r.n_expert), int(r.k), r.norm_topk_prob, words,
+                               r.n_tokens * r.k <= 32);
                 });
                 return;
             }
