@@ -202,12 +202,14 @@ void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const te
     if (norm) {
         const moe_combine_norm& nm = *norm;
         check_on(be, nm.residual, op, "residual"), check_on(be, nm.w, op, "norm w"), check_on(be, nm.h, op, "h");
-        check_dtype(nm.residual, y.type, op, "residual"), check_dtype(nm.h, y.type, op, "h"), check_act(nm.w, op, "norm w");
+        check_dtype(nm.residual, y.type, op, "residual"), check_dtype(nm.h, y.type, op, "h");
+        check_act(nm.w, op, "norm w");
         check_shape(nm.residual, {n_tokens, n}, op, "residual"), check_shape(nm.h, {n_tokens, n}, op, "h");
         check_shape(nm.w, {n}, op, "norm w");
-        TETRA_CHECK(disjoint(nm.h, out) && disjoint(nm.h, nm.residual) && disjoint(nm.h, y) &&
-                        disjoint(nm.residual, out) && disjoint(nm.residual, y),
-                    "%s: 'h', 'residual', 'out' and 'y' must not overlap", op);
+        bool apart = disjoint(nm.h, out) && disjoint(nm.h, nm.residual) && disjoint(nm.residual, out);
+        for (const tensor* t : {&y, &shared, &shared_gate})
+            apart = apart && disjoint(nm.h, *t) && disjoint(nm.residual, *t);
+        TETRA_CHECK(apart, "%s: 'h', 'residual', 'out', 'y' and the shared expert's rows must not overlap", op);
         a.norm = nm;
         run_op(be, op, a, {&y, &dest_rows, &topk_weights, &nm.residual, &nm.w, &nm.h, &out});
         return;

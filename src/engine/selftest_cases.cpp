@@ -364,6 +364,7 @@ struct case_builder {
     void matmul_silu_case();  // the fused gate/up + silu of the first dense layer (model/mlp.cpp)
     void quantize_case(const linear_weight& lw, const std::string& module);
     void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
+    void moe_combine_cases(int il, int64_t nt);
     void moe_matmul_case(const std::string& proj, int il);
     void moe_matmul_silu_case(int il);  // the experts' fused gate/up + silu (model/moe.cpp)
 };
@@ -544,8 +545,8 @@ void case_builder::moe_cases() {
     for (int i = 0; i < int(c.n_layer) && il < 0; ++i)
         if (c.is_moe_layer(i)) il = i;
     if (il < 0) return;
-    const int64_t ne = c.n_expert, k = c.n_expert_used, nt = 5, n = c.n_embd;
-    const bool norm = c.norm_topk_prob, shared = c.n_ff_shexp > 0;
+    const int64_t ne = c.n_expert, k = c.n_expert_used, nt = 5;
+    const bool norm = c.norm_topk_prob;
     dtype a = act;
     op_case r;
     r.op = "moe_route";
@@ -601,7 +602,33 @@ void case_builder::moe_cases() {
                                            &u.sorted_tokens, &u.dest_rows});
     };
     cases.push_back(rp);
-    op_case m = r;
+    moe_combine_cases(il, nt);
+    // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
+    const int64_t nf = c.n_ff_exp;
+    op_case f;
+    f.op = "silu_mul";
+    f.label = strfmt("silu_mul gate_up n=%lld", (long long)nf);
+    f.what = strfmt("silu_mul gate_up[3, %lld] %s (|x| ≤ 8) → [3, %lld]", (long long)(2 * nf), dtype_name(a), (long long)nf);
+    f.tol = tolerance("silu_mul", a);
+    f.run = [=](backend& be, int, const launch_fn& launch) {
+        silu_mul_args g;
+        g.act = a, g.gate = be.upload(host_random(a, {3, 2 * nf}, 97, 8.0f)), g.out = be.alloc(a, {3, nf});
+        g.n_ff = nf;
+        g.align = ptr_align({&g.gate, &g.out});
+        return launch_read(be, launch, g, {&g.out});
+    };
+    cases.push_back(f);
+    for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
+    moe_matmul_silu_case(il);
+}
+
+// moe_combine alone and with the next add_rms_norm folded in, on nt tokens of the MoE layer il's
+// shapes (model/moe.cpp, model/layers.cpp).
+void case_builder::moe_combine_cases(int il, int64_t nt) {
+    const int64_t k = c.n_expert_used, n = c.n_embd;
+    const bool shared = c.n_ff_shexp > 0;
+    dtype a = act;
+    op_case m;
     m.op = "moe_combine";
     m.label = strfmt("moe_combine n=%lld top %lld%s", (long long)n, (long long)k, shared ? " + shared expert" : "");
     m.what = strfmt("moe_combine y[%lld, %lld] %s → %lld tokens%s", (long long)(nt * k + 2), (long long)n,
@@ -646,23 +673,6 @@ void case_builder::moe_cases() {
         return launch_read(be, launch, g, {&g.out, &g.norm.residual, &g.norm.h});
     };
     cases.push_back(mn);
-    // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
-    const int64_t nf = c.n_ff_exp;
-    op_case f;
-    f.op = "silu_mul";
-    f.label = strfmt("silu_mul gate_up n=%lld", (long long)nf);
-    f.what = strfmt("silu_mul gate_up[3, %lld] %s (|x| ≤ 8) → [3, %lld]", (long long)(2 * nf), dtype_name(a), (long long)nf);
-    f.tol = tolerance("silu_mul", a);
-    f.run = [=](backend& be, int, const launch_fn& launch) {
-        silu_mul_args g;
-        g.act = a, g.gate = be.upload(host_random(a, {3, 2 * nf}, 97, 8.0f)), g.out = be.alloc(a, {3, nf});
-        g.n_ff = nf;
-        g.align = ptr_align({&g.gate, &g.out});
-        return launch_read(be, launch, g, {&g.out});
-    };
-    cases.push_back(f);
-    for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
-    moe_matmul_silu_case(il);
 }
 
 // moe_matmul_silu on experts 0..min(n_expert, 4)−1 of layer il, each expert's gate and up rows

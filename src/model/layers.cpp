@@ -189,7 +189,8 @@ class dense_decoder final : public causal_lm {
             if (L.moe) {
                 // the next norm (attn_norm of layer il + 1, or the output norm) in the combine's kernel
                 const bool last = il + 1 == int(c.n_layer);
-                moe_combine_norm next{residual, last ? w_.norm : w_.layers[size_t(il) + 1].attn_norm, h, c.rms_norm_eps};
+                const tensor& next_w = last ? w_.norm : w_.layers[size_t(il) + 1].attn_norm;
+                moe_combine_norm next{residual, next_w, h, c.rms_norm_eps};
                 const bool fold = ops_.runs(last ? step_op::OUTPUT_NORM : step_op::ATTN_NORM);
                 normed = moe_->forward(*L.moe, h, proj, mode_, ops_, fold ? &next : nullptr);
                 tap("moe_ids", il, moe_->topk_ids(n));

@@ -172,7 +172,8 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
 int64_t smem_optin_here();
 
 // ---- W4A16 sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) --------------------------------
-// m ≤ 16 on the same re-laid weight (m > 8: two 8-row column tiles per MMA step, x through L1): many short CTAs, each copying T tiles × G groups of the weight to
+// m ≤ 16 on the same re-laid weight (m > 8: two 8-row column tiles per MMA step, x through L1):
+// many short CTAs, each copying T tiles × G groups of the weight to
 // shared memory before its PDL wait (T·S warps, S per tile, G / S groups each); x staged per CTA or
 // read by each lane through L1. Workspace (plans that split k over CTAs, n_gr > 1): partial ≥ the
 // plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every launch leaves

@@ -199,9 +199,10 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
 }
 
 // The sweep decode kernel (matmul_nvfp4_w4a16_sweep_sm80.cu) on the same prepared weight: every m it
-// takes (≤ W4A16_SWEEP_M_MAX) where k ≤ 4096 (its default plan holds all of k in one CTA) — it
-// measured faster than the sm80 kernel there on an H100 (docs/perf.md, session 18); the sm80 kernel
-// keeps the rest. The plan's own check (w4a16_sweep_why_not) refuses larger m.
+// takes (≤ W4A16_SWEEP_M_MAX; above 8 only for n ≤ W4A16_SWEEP_WIDE_N_MAX) where k ≤ 4096 (its default
+// plan holds all of k in one CTA) — it measured faster than the sm80 kernel there on an H100
+// (docs/perf.md, sessions 18 and 20); the sm80 kernel keeps the rest. The plan's own check
+// (w4a16_sweep_why_not) refuses larger m.
 std::string accepts_w4a16_sweep(const matmul_args& a) {
     std::string why = accepts_w4a16_sm80(a);
     if (!why.empty()) return why;

@@ -112,6 +112,62 @@ __device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r
     return sum;
 }
 
+// The CTA's sums out (red: its warp sums, [warp][16][cw]): silu(gate) · up (SILU), the rows
+// (all of k in the CTA), or f32 partials of its group range, the last CTA of the tile block adding
+// the ranges in order (integer counter, left zero).
+template <bool SILU>
+__device__ __forceinline__ void sweep_write(const sweep_params& p, const float* red, int cw, int tb, int gr) {
+    __shared__ int s_last;
+    const int rows = p.T * 16, n_pad = p.n_tiles * 16;
+    const int row0 = tb * rows;
+    if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
+        for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
+            const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
+            const float sg = tile_sum(red, p.S, 0, r, c, cw), su = tile_sum(red, p.S, 1, r, c, cw);
+            if (n < p.n_ff)
+                p.out[size_t(c) * p.n_ff + n] =
+                    silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
+        }
+        return;
+    }
+    if (p.n_gr == 1) {
+        for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
+            const int r = v / p.m, c = v % p.m, n = row0 + r;
+            const float sum = tile_sum(red, p.S, r / 16, r % 16, c, cw);
+            if (n < p.n) p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
+        }
+        return;
+    }
+    for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
+        const int r = v / p.m, c = v % p.m, n = row0 + r;
+        const float sum = tile_sum(red, p.S, r / 16, r % 16, c, cw);
+        if (n < n_pad) p.partial[(size_t(gr) * n_pad + n) * p.m + c] = sum;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[tb], 1) == p.n_gr - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {  // the last CTA: group ranges in order
+        const int r = v / p.m, c = v % p.m, n = row0 + r;
+        if (n >= p.n) continue;
+        const float* src = p.partial + size_t(n) * p.m + c;
+        const size_t stride = size_t(n_pad) * p.m;
+        float sum = 0.0f;
+        for (int q0 = 0; q0 < p.n_gr; q0 += 8) {
+            float vals[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) vals[u] = q0 + u < p.n_gr ? __ldcg(src + (q0 + u) * stride) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (q0 + u < p.n_gr) sum += vals[u];
+        }
+        p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
+    }
+    if (threadIdx.x == 0) p.counters[tb] = 0;  // ready for the next launch / graph replay
+}
+
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
 // instead of staged in shared memory.
@@ -120,7 +176,6 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
     static_assert(NB == 1 || (MATH && XD), "x rows 8 .. 15 are read through L1");
     constexpr int CW = 8 * NB;  // columns of a warp's sums
     extern __shared__ uint4 smem[];
-    __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int W = p.T * p.S;
     const int gr = blockIdx.x / p.n_tb, tb = blockIdx.x % p.n_tb;  // group range major: address order for G = 1
@@ -217,54 +272,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
         if (NB == 2) red[(warp * 16 + g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[0][e];
     }
     __syncthreads();
-    const int rows = p.T * 16, n_pad = p.n_tiles * 16;
-    const int row0 = tb * rows;
-    if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
-        for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
-            const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
-            const float sg = tile_sum(red, p.S, 0, r, c, CW), su = tile_sum(red, p.S, 1, r, c, CW);
-            if (n < p.n_ff)
-                p.out[size_t(c) * p.n_ff + n] =
-                    silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
-        }
-        return;
-    }
-    if (p.n_gr == 1) {
-        for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
-            const int r = v / p.m, c = v % p.m, n = row0 + r;
-            const float sum = tile_sum(red, p.S, r / 16, r % 16, c, CW);
-            if (n < p.n) p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
-        }
-        return;
-    }
-    for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
-        const int r = v / p.m, c = v % p.m, n = row0 + r;
-        const float sum = tile_sum(red, p.S, r / 16, r % 16, c, CW);
-        if (n < n_pad) p.partial[(size_t(gr) * n_pad + n) * p.m + c] = sum;
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[tb], 1) == p.n_gr - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {  // the last CTA: group ranges in order
-        const int r = v / p.m, c = v % p.m, n = row0 + r;
-        if (n >= p.n) continue;
-        const float* src = p.partial + size_t(n) * p.m + c;
-        const size_t stride = size_t(n_pad) * p.m;
-        float sum = 0.0f;
-        for (int q0 = 0; q0 < p.n_gr; q0 += 8) {
-            float vals[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) vals[u] = q0 + u < p.n_gr ? __ldcg(src + (q0 + u) * stride) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-                if (q0 + u < p.n_gr) sum += vals[u];
-        }
-        p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
-    }
-    if (threadIdx.x == 0) p.counters[tb] = 0;  // ready for the next launch / graph replay
+    sweep_write<SILU>(p, red, CW, tb, gr);
 }
 
 template <int GS, bool MATH, bool XD, bool SILU = false, int NB = 1>
@@ -332,7 +340,8 @@ std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m) {
     if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
     const int gs = pl.G / pl.S;
     if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
-    if (m > 8 && !pl.x_direct) return strfmt("m = %lld > 8: x rows 8 .. 15 are read through L1 (x_direct)", (long long)m);
+    if (m > 8 && !pl.x_direct)
+        return strfmt("m = %lld > 8: x rows 8 .. 15 are read through L1 (x_direct)", (long long)m);
     if (pl.silu_n_ff > 0 && (pl.n_gr != 1 || pl.T != 2))
         return strfmt("matmul_silu: a CTA holds all of k and a gate/up tile pair; plan T = %d, %d group ranges", pl.T,
                       pl.n_gr);

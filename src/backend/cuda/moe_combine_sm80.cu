@@ -135,8 +135,8 @@ static void moe_combine_launch(backend& be, const moe_combine_args& a) {
             fused = true;
             const T* shared = a.shared.empty() ? nullptr : a.shared.ptr<const T>();
             const T* gate = a.shared_gate.empty() ? nullptr : a.shared_gate.ptr<const T>();
-            launch_pdl(be, moe_combine_norm_kernel<T>, dim3(unsigned(a.n_tokens)), dim3(unsigned((a.n / 8 + 31) / 32 * 32)),
-                       size_t(a.k) * 8, a.y.ptr<const T>(), a.dest_rows.ptr<const int32_t>(),
+            const unsigned threads = unsigned((a.n / 8 + 31) / 32 * 32);
+            launch_pdl(be, moe_combine_norm_kernel<T>, dim3(unsigned(a.n_tokens)), dim3(threads), size_t(a.k) * 8, a.y.ptr<const T>(), a.dest_rows.ptr<const int32_t>(),
                        a.topk_weights.ptr<const float>(), a.out.ptr<T>(), shared, gate, a.norm.residual.ptr<T>(),
                        a.norm.w.data, a.norm.w.type, a.norm.h.ptr<T>(), int(a.n), int(a.k), a.norm.eps);
             return;

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __r
     pdl_trigger();
     const int warp = threadIdx.x >> 5;
     if (warp < n_tokens) route::route_token<T, EPL>(logits, ids, w, warp, ne, k, renorm, smem + size_t(warp) * size_t(words), sid);
-    if (warp_perm) {  // n_tokens · k ≤ 32: one warp permutes (n_tokens is uniform: the barrier is the block's or warp 0's)
+    if (warp_perm) {  // n_tokens · k ≤ 32: one warp permutes (n_tokens is uniform: the block's or warp 0's barrier)
         if (n_tokens > 1) __syncthreads();
         else __syncwarp();
         if (warp == 0) permute_warp(sid, counts, offsets, sorted, dest, n_tokens * k, ne, k);

@@ -535,16 +535,20 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
     // a batch's rows equal each row alone, bit for bit, and two launches agree (default and split plans)
     host_weight hw2 = random_weight(4096, 4096, 907);
     dev_weight dw2(hw2, 1);
-    std::vector<uint16_t> x = random_bf16(8 * hw2.k, 908);
-    for (const cuda::w4a16_sweep_config& cfg : {cuda::w4a16_sweep_config{}, split, direct}) {
-        std::vector<uint16_t> out8 = run_sweep(dw2, x, 8, cfg), again = run_sweep(dw2, x, 8, cfg);
-        EXPECT_EQ(out8, again) << "two launches differ (nondeterministic reduction or stale counters)";
-        for (int64_t r : {0, 1, 6, 7}) {
-            std::vector<uint16_t> xr(x.begin() + r * hw2.k, x.begin() + (r + 1) * hw2.k);
-            std::vector<uint16_t> out1 = run_sweep(dw2, xr, 1, cfg);
-            EXPECT_EQ(0, std::memcmp(out1.data(), out8.data() + r * hw2.n, size_t(hw2.n) * 2)) << "row " << r;
+    // m = 16: two column tiles (rows 8 .. 15 the second), m = 12: the second one partial
+    std::vector<uint16_t> x = random_bf16(16 * hw2.k, 908);
+    for (const cuda::w4a16_sweep_config& cfg : {cuda::w4a16_sweep_config{}, split, direct})
+        for (int64_t m : {8, 12, 16}) {
+            std::vector<uint16_t> xm(x.begin(), x.begin() + m * hw2.k);
+            std::vector<uint16_t> outm = run_sweep(dw2, xm, m, cfg), again = run_sweep(dw2, xm, m, cfg);
+            EXPECT_EQ(outm, again) << "m=" << m << ": two launches differ (nondeterministic sums or stale counters)";
+            for (int64_t r : {int64_t(0), int64_t(1), int64_t(7), m - 4, m - 1}) {
+                std::vector<uint16_t> xr(x.begin() + r * hw2.k, x.begin() + (r + 1) * hw2.k);
+                std::vector<uint16_t> out1 = run_sweep(dw2, xr, 1, cfg);
+                EXPECT_EQ(0, std::memcmp(out1.data(), outm.data() + r * hw2.n, size_t(hw2.n) * 2))
+                    << "m=" << m << " row " << r;
+            }
         }
-    }
 }
 
 // Plans and row counts the kernel cannot run are refused with the reason, not run wrongly.

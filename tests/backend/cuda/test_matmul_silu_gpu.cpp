@@ -1,6 +1,7 @@
 // matmul_silu through the CUDA backend: which kernel the registry picks for each m (the sweep
 // kernel's fused form at m ≤ 16 where the sweep kernel takes the stacked weight — k ≤ 4096, and
-// 2·n_ff ≤ W4A16_SWEEP_WIDE_N_MAX above m = 8; the sm80 fused kernel up to m = 16 otherwise; the fused wgmma kernel for 64 < m ≤ 2048 on an sm_90a image; the
+// 2·n_ff ≤ W4A16_SWEEP_WIDE_N_MAX above m = 8; the sm80 fused kernel up to m = 16 otherwise; the
+// fused wgmma kernel for 64 < m ≤ 2048 on an sm_90a image; the
 // two-step kernel otherwise) and that every fused result equals backend::matmul — which runs the same
 // kernel family at that m (asserted) — followed by silu_mul_gate_up, bit for bit: same sums, same
 // rounding of each half to bf16, same silu_times. Rows of m = 8 and m = 16 batches equal the row alone.

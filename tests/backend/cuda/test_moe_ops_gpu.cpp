@@ -543,23 +543,29 @@ TEST(moe_ops_gpu, combine_equals_cpu_bitwise) {
 
 // The next add_rms_norm folded into the combine (moe_combine_norm): out, the updated residual and h
 // equal the GPU's combine followed by its add_rms_norm bit for bit (the fused kernel runs norm_vec's
-// sums where add_rms_norm runs norm_vec: n = 576, 1000, 2048; n = 200 takes the two launches), with
-// and without the gated shared expert, bf16 and f32 norm weights; out also equals the CPU's combine.
+// sums where add_rms_norm runs norm_vec: n = 576, 1000, 2048, 8192 — asserted through the op
+// profiler: no add_rms_norm launch of its own —; n = 200 takes the two launches), k = 1, 3, 8, 10
+// (slots past the first 8 in a second pass), with and without the gated shared expert, bf16 and f32
+// norm weights; out also equals the CPU's combine.
 TEST(moe_ops_gpu, combine_with_folded_norm_equals_combine_then_norm) {
     rng r(305);
     int n_cases = 0;
-    for (int64_t n : {2048, 1000, 576, 200})
+    const std::pair<int64_t, int64_t> nks[] = {{2048, 8}, {1000, 8}, {576, 8}, {200, 8},
+                                               {2048, 3}, {2048, 10}, {8192, 1}};
+    for (auto [n, k] : nks)
         for (int64_t nt : {1, 3})
             for (int shared_mode : {0, 2})
                 for (dtype wt : {dtype::BF16, dtype::F32}) {
-                    const int64_t k = 8, ne = 16;
-                    std::string vars = "n=" + std::to_string(n) + " n_tokens=" + std::to_string(nt) + " shared=" +
+                    const int64_t ne = 16;
+                    std::string vars = "n=" + std::to_string(n) + " k=" + std::to_string(k) + " n_tokens=" +
+                                       std::to_string(nt) + " shared=" +
                                        std::to_string(shared_mode) + " w=" + dtype_name(wt);
                     tensor ids = i32_2d(random_assignment(r, nt, ne, k), nt, k);
                     tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
                     tensor cs = tensor::alloc(dtype::I32, {nt * k}), dest = tensor::alloc(dtype::I32, {nt, k});
                     moe_permute(cpu_be(), ids, ne, cc, co, cs, dest);
-                    tensor y = random_tensor(r, dtype::BF16, {nt * k, n}), w = random_tensor(r, dtype::F32, {nt, k}, 0.5);
+                    tensor y = random_tensor(r, dtype::BF16, {nt * k, n});
+                    tensor w = random_tensor(r, dtype::F32, {nt, k}, 0.5);
                     tensor sh = shared_mode ? random_tensor(r, dtype::BF16, {nt, n}) : tensor();
                     tensor gate = shared_mode ? random_tensor(r, dtype::BF16, {nt, 1}, 2.0) : tensor();
                     tensor res = random_tensor(r, dtype::BF16, {nt, n}, 4.0), nw = random_tensor(r, wt, {n});
@@ -573,7 +579,14 @@ TEST(moe_ops_gpu, combine_with_folded_norm_equals_combine_then_norm) {
                         tensor shd = shared_mode ? to_gpu(sh) : tensor(), gd = shared_mode ? to_gpu(gate) : tensor();
                         if (fused) {
                             moe_combine_norm nm{rd, nwd, h, 1e-5f};
+                            reset_op_profile();
+                            set_op_profiling(true);
                             moe_combine(be, yd, dd, wd, out, shd, gd, &nm);
+                            set_op_profiling(false);
+                            int norms = 0;
+                            for (const op_profile_entry& e : op_profile())
+                                norms += e.kernel.rfind("add_rms_norm", 0) == 0;
+                            EXPECT_EQ(norms, n > 256 ? 0 : 1) << vars << ": the norm's own kernel ran (or did not)";
                         } else {
                             moe_combine(be, yd, dd, wd, out, shd, gd);
                             be.add_rms_norm(rd, out, nwd, 1e-5f, h);
@@ -587,7 +600,7 @@ TEST(moe_ops_gpu, combine_with_folded_norm_equals_combine_then_norm) {
                     EXPECT_EQ(got[1][2], got[0][2]) << vars << ": h";
                     ++n_cases;
                 }
-    EXPECT_EQ(n_cases, 32);
+    EXPECT_EQ(n_cases, 56);
 }
 
 namespace {
