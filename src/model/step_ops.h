@@ -45,7 +45,7 @@ struct step_ops {
     // Counts the class; true when its ops run.
     bool run(step_op o) {
         ++calls[size_t(o)];
-        return !((skip >> int(o)) & 1u);
+        return runs(o);
     }
     // Whether the class will run, without counting it (an op folded into an earlier class's kernel).
     bool runs(step_op o) const { return !((skip >> int(o)) & 1u); }

@@ -129,9 +129,10 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 // grouped matmuls find their work items there).
 // pdl_trigger() lets the next PDL kernel start launching (call it right after pdl_wait(): the next
 // kernel waits in turn; a kernel may first issue its own loads, which the next kernel's weight
-// copies would otherwise queue ahead of on the SM — norm_vec does). Never before it: that would break the two-launches rule above, which
-// moe_matmul_args::offsets_early relies on for correctness, not only for speed. Not earlier: triggering first thing lets a matmul launch while the previous
-// matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
+// copies would otherwise queue ahead of on the SM — norm_vec and moe_combine_norm do). Never before
+// it: that would break the two-launches rule above, which moe_matmul_args::offsets_early relies on
+// for correctness, not only for speed. Not earlier: triggering first thing lets a matmul launch
+// while the previous matmul still fills the SMs, and its CTAs land unevenly (measured: Llama-3.1-8B batch 1 15 %
 // slower; the decode attention, the norms or qkv_rope_store triggering first: 1–8 % slower;
 // docs/perf.md). Both are no-ops below sm_90 and when the kernel was launched without the
 // attribute.

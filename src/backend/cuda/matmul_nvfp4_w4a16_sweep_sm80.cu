@@ -104,6 +104,20 @@ __device__ __forceinline__ void stage_x(const sweep_params& p, __nv_bfloat16* xs
     }
 }
 
+// This lane's x (blo, bhi) for chunks i and i + 1 of a unit, from xr: staged in shared memory, or
+// (XD) read through L1, zeros past k (k0: the lane's k in chunk 0 of the unit).
+template <bool XD>
+__device__ __forceinline__ void chunk_pair_x(const uint4* xr, int i, int k0, int k, uint4 (&xq)[4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        // k is a multiple of 16: a lane's 16 k of a chunk are all in or all out
+        const bool in = !XD || k0 + (i + h) * CHUNK_K < k;
+        const uint4* xc = xr + (i + h) * (CHUNK_K / 8);
+        xq[2 * h] = in ? (XD ? __ldg(xc) : xc[0]) : make_uint4(0, 0, 0, 0);
+        xq[2 * h + 1] = in ? (XD ? __ldg(xc + 1) : xc[1]) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 // Row r (0..15) and x row c of tile ti's sums: its S warp sums (shared memory `red`, [warp][16][cw],
 // cw = 8·NB) added in warp order.
 __device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r, int c, int cw) {
@@ -230,26 +244,13 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
             const uint32_t two = word_of(sc, i >> 1);
             if (MATH) {
                 uint4 xq[4];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    // k is a multiple of 16: a lane's 16 k of a chunk are all in or all out
-                    const bool in = !XD || k0 + (i + h) * CHUNK_K < p.k;
-                    const uint4* xc = xr + (i + h) * (CHUNK_K / 8);
-                    xq[2 * h] = in ? (XD ? __ldg(xc) : xc[0]) : make_uint4(0, 0, 0, 0);
-                    xq[2 * h + 1] = in ? (XD ? __ldg(xc + 1) : xc[1]) : make_uint4(0, 0, 0, 0);
-                }
+                chunk_pair_x<XD>(xr, i, k0, p.k, xq);
                 if constexpr (NB == 1) {
                     sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
                     sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);
                 } else {
                     uint4 xq2[4];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const bool in = k0 + (i + h) * CHUNK_K < p.k;
-                        const uint4* xc = xr2 + (i + h) * (CHUNK_K / 8);
-                        xq2[2 * h] = in ? __ldg(xc) : make_uint4(0, 0, 0, 0);
-                        xq2[2 * h + 1] = in ? __ldg(xc + 1) : make_uint4(0, 0, 0, 0);
-                    }
+                    chunk_pair_x<true>(xr2, i, k0, p.k, xq2);
                     const uint4 b0[4] = {xq[0], xq[1], xq2[0], xq2[1]}, b1[4] = {xq[2], xq[3], xq2[2], xq2[3]};
                     sweep_chunk2(q[32 * i], two, b0, acc[0], acc2[0]);
                     sweep_chunk2(q[32 * (i + 1)], two >> 16, b1, acc[1], acc2[1]);

@@ -116,12 +116,11 @@ __global__ void __launch_bounds__(1024) moe_combine_norm_kernel(const T* y, cons
 }
 
 // Whether the folded norm runs in moe_combine_norm_kernel: where add_rms_norm runs norm_vec_kernel's
-// one-row-per-block form (launch_norm_vec), 16-bit activations, 16-B aligned rows.
+// one-row-per-block form on these rows (and y and shared are 16-B aligned for its vector loads).
 bool norm_fits(const moe_combine_args& a, size_t elem) {
-    if (elem != 2 || a.n % 8 != 0 || a.n <= 256 || a.n > 8192 || a.n_tokens > 0x7fffffffLL) return false;
-    for (const tensor* p : {&a.y, &a.out, &a.shared, &a.norm.residual, &a.norm.h})
-        if (p->data && reinterpret_cast<uintptr_t>(p->data) % 16 != 0) return false;
-    return true;
+    return norm_vec_row_per_block(a.n) &&
+           norm_vec_takes(elem, a.n, a.n_tokens, {a.y.data, a.out.data, a.shared.data, a.norm.residual.data,
+                                                  a.norm.h.data});
 }
 
 }  // namespace
@@ -131,18 +130,17 @@ static void moe_combine_launch(backend& be, const moe_combine_args& a) {
     bool fused = false;
     dispatch_act(a.act, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (a.norm.residual.data && norm_fits(a, sizeof(T))) {
-            fused = true;
-            const T* shared = a.shared.empty() ? nullptr : a.shared.ptr<const T>();
-            const T* gate = a.shared_gate.empty() ? nullptr : a.shared_gate.ptr<const T>();
-            const unsigned threads = unsigned((a.n / 8 + 31) / 32 * 32);
-            launch_pdl(be, moe_combine_norm_kernel<T>, dim3(unsigned(a.n_tokens)), dim3(threads), size_t(a.k) * 8, a.y.ptr<const T>(), a.dest_rows.ptr<const int32_t>(),
-                       a.topk_weights.ptr<const float>(), a.out.ptr<T>(), shared, gate, a.norm.residual.ptr<T>(),
-                       a.norm.w.data, a.norm.w.type, a.norm.h.ptr<T>(), int(a.n), int(a.k), a.norm.eps);
-            return;
-        }
         const T* shared = a.shared.empty() ? nullptr : a.shared.ptr<const T>();
         const T* gate = a.shared_gate.empty() ? nullptr : a.shared_gate.ptr<const T>();
+        if (a.norm.residual.data && norm_fits(a, sizeof(T))) {
+            fused = true;
+            const unsigned threads = unsigned((a.n / 8 + 31) / 32 * 32);
+            launch_pdl(be, moe_combine_norm_kernel<T>, dim3(unsigned(a.n_tokens)), dim3(threads), size_t(a.k) * 8,
+                       a.y.ptr<const T>(), a.dest_rows.ptr<const int32_t>(), a.topk_weights.ptr<const float>(),
+                       a.out.ptr<T>(), shared, gate, a.norm.residual.ptr<T>(), a.norm.w.data, a.norm.w.type,
+                       a.norm.h.ptr<T>(), int(a.n), int(a.k), a.norm.eps);
+            return;
+        }
         dim3 grid(unsigned(a.n_tokens), unsigned((a.n + THREADS - 1) / THREADS));
         launch_pdl(be, moe_combine_kernel<T>, grid, dim3(THREADS), size_t(a.k) * 8, a.y.ptr<const T>(),
                    a.dest_rows.ptr<const int32_t>(), a.topk_weights.ptr<const float>(), a.out.ptr<T>(), shared, gate,

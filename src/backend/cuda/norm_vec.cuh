@@ -6,6 +6,9 @@
 // Same arithmetic as the scalar kernels (f32 sum of squares, 1/sqrt, w · (x · r)); only the
 // summation order differs.
 #pragma once
+#include <cstdint>
+#include <initializer_list>
+
 #include "backend/cuda/cuda_device.cuh"
 
 namespace tetra {
@@ -92,19 +95,29 @@ __global__ void norm_vec_kernel(T* res, const T* x, const void* w, dtype wt, T* 
     reinterpret_cast<uint4*>(out + row * n)[j] = pack8<T>(o8);
 }
 
-// Launches norm_vec_kernel when the shape fits (16-bit T, n % 8 == 0, n ≤ 8192, 16-B aligned rows);
-// false: the caller runs its scalar kernel.
+// Whether launch_norm_vec takes n_rows rows of n elements of elem bytes at the given addresses
+// (16-bit elements, n % 8 == 0, n ≤ 8192, 16-B aligned rows), and whether it runs them one row per
+// block (more than 32 vectors of 8). A kernel that repeats that form's sums bit for bit
+// (moe_combine_norm_kernel) takes exactly the rows both say yes to.
+inline bool norm_vec_takes(size_t elem, int64_t n, int64_t n_rows, std::initializer_list<const void*> rows) {
+    if (elem != 2 || n % 8 != 0 || n > 8192 || n_rows > 0x7fffffffLL) return false;
+    for (const void* p : rows)
+        if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    return true;
+}
+inline bool norm_vec_row_per_block(int64_t n) { return n / 8 > 32; }
+
+// Launches norm_vec_kernel when the shape fits (norm_vec_takes); false: the caller runs its scalar
+// kernel.
 template <class T, bool ADD>
 bool launch_norm_vec(backend& be, T* res, const T* x, const void* w, dtype wt, T* out, int64_t n_rows, int64_t n,
                      float eps) {
     if constexpr (sizeof(T) != 2) {
         return false;
     } else {
-    if (n % 8 != 0 || n > 8192 || n_rows > 0x7fffffffLL) return false;
-    for (const void* p : {static_cast<const void*>(res), static_cast<const void*>(x), static_cast<const void*>(out)})
-        if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (!norm_vec_takes(sizeof(T), n, n_rows, {res, x, out})) return false;
     const int vecs = int(n / 8);
-    if (vecs <= 32) {
+    if (!norm_vec_row_per_block(n)) {
         int gp = 1;
         while (gp < vecs) gp *= 2;
         const int threads = 256, rows_per_block = threads / gp;
