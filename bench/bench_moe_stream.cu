@@ -1,71 +1,20 @@
 // Benchmark (not a test; CUDA builds only): the weight copies of a batch-1 Qwen3-30B-A3B MoE block
-// without its math (docs/perf.md, session 21: a fused block kernel streamed the routed experts at
-// ~40 % of the read bandwidth, as the six-op path's grouped kernels do). n experts (128), each weight
-// its own allocation as the model has them; per launch 8 routed experts from 100 sets in turn; each
-// CTA of G requests its whole share at once — the fused kernel's split: gate/up tile pairs u = cta +
-// G·i, down tile cta + G·i of every expert — by cp.async (16 B per lane) or by bulk copies (sm_90+:
-// one thread, one mbarrier), then waits. "contiguous": the same bytes per CTA from one region
-// (rotating copies > L2). Prints µs per launch (one CUDA graph of 10 launches — of 100 when n > 128,
-// so a replay routes to ~800 experts, as 48 layers of steps do — median of 15) and GB/s.
+// without its math (docs/perf.md, session 21: how fast a fused block kernel can stream the routed
+// experts' weights, against the same bytes from one region). n experts (128), each weight its own
+// allocation as the model has them; per launch 8 routed experts from 100 sets in turn; each CTA of G
+// requests its whole share at once — the fused kernel's split: gate/up tile pairs u = cta + G·i, down
+// tile cta + G·i of every expert — by cp.async (16 B per lane) or by bulk copies (sm_90+: one thread,
+// one mbarrier), then waits. "contiguous": the same bytes per CTA from one region (rotating copies >
+// L2). Prints µs per launch (one CUDA graph of 10 launches — of 100 when n > 128, so a replay routes
+// to ~800 experts, as 48 layers of steps do — median of 15) and GB/s.
 // Usage: bench_moe_stream [n_experts]
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
+#include "bench_util.cuh"
 
 using namespace tetra;
 
-#define CK(expr)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (expr);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(1);                                                                               \
-        }                                                                                               \
-    } while (0)
-
 namespace {
-
-__global__ void stamp_bytes(uint32_t* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        p[i] = uint32_t(i) * 2654435761u ^ seed;
-}
-
-int dev_cc_major(int dev) {
-    int cc = 0;
-    CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
-    return cc;
-}
-
-// µs per launch of `launch10` (n launches) captured once in a graph on s: median of 15 replays.
-template <class F> double graph_us(cudaStream_t s, int n, F&& launch10) {
-    launch10();
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    launch10();
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int i = 0; i < 17; ++i) {
-        CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (i >= 2) t.push_back(ms * 1000.0f / float(n));
-    }
-    std::sort(t.begin(), t.end());
-    cudaEventDestroy(a), cudaEventDestroy(b), cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-    return t[t.size() / 2];
-}
 
 struct moe_src {
     const uint4* codes;
@@ -78,17 +27,18 @@ struct moe_stream_dims {
 
 template <bool BULK>
 __device__ void moe_copy(uint32_t dst, const uint4* src, int bytes, uint32_t bar) {
-    if (BULK) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(dst),
-                     "l"(src), "r"(bytes), "r"(bar) : "memory");
-#endif
-    } else {
+    if (!BULK) {
         for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) cuda::w4a16::cp_async16(dst + i * 16, src + i, 16);
+        return;
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
 }
 
+// One weight tile (16 rows × all k): per group its codes, then its scales; returns the bytes.
 template <bool BULK>
 __device__ int moe_copy_tile(const moe_src& w, int tile, int n_tiles, int kc, int kg, uint32_t dst, uint32_t bar) {
     for (int grp = 0; grp < kg; ++grp) {
@@ -99,56 +49,62 @@ __device__ int moe_copy_tile(const moe_src& w, int tile, int n_tiles, int kc, in
     return (kc + kg) * 512;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The bytes of the CTA's share (the bulk form's transaction count, set before the copies).
+__device__ uint32_t moe_share_bytes(const moe_stream_dims& d) {
+    if (d.contiguous) return uint32_t(d.share);
+    uint32_t total = 0;
+    for (int u = blockIdx.x; u < d.gu_units; u += gridDim.x) total += 2 * (d.kc_gu + d.kg_gu) * 512;
+    for (int t = blockIdx.x; t < d.dn_units; t += gridDim.x) total += d.k * (d.kc_dn + d.kg_dn) * 512;
+    return total;
+}
+#endif
+
+// The CTA's share into shared memory.
+template <bool BULK>
+__device__ void moe_copy_share(const moe_src* gu, const moe_src* dn, const int* ids, const moe_stream_dims& d,
+                                   const uint4* region, uint32_t base, uint32_t bar) {
+    const int G = gridDim.x, cta = blockIdx.x;
+    if (d.contiguous) {
+        const uint4* src = region + size_t(cta) * size_t(d.share / 16);
+        for (long o = 0; o < d.share; o += 4096)
+            moe_copy<BULK>(base + uint32_t(o), src + o / 16, int(min(4096L, d.share - o)), bar);
+        return;
+    }
+    uint32_t off = 0;
+    for (int u = cta; u < d.gu_units; u += G) {
+        const moe_src& w = gu[ids[u / d.P]];
+        off += moe_copy_tile<BULK>(w, u % d.P, d.tiles_gu, d.kc_gu, d.kg_gu, base + off, bar);
+        off += moe_copy_tile<BULK>(w, u % d.P + d.P, d.tiles_gu, d.kc_gu, d.kg_gu, base + off, bar);
+    }
+    for (int t = cta; t < d.dn_units; t += G)
+        for (int s = 0; s < d.k; ++s)
+            off += moe_copy_tile<BULK>(dn[ids[s]], t, d.tiles_dn, d.kc_dn, d.kg_dn, base + off, bar);
+}
+
 template <bool BULK>
 __global__ void moe_stream_kernel(const moe_src* gu, const moe_src* dn, const int* ids, moe_stream_dims d,
                                   const uint4* region, uint32_t* sink) {
     extern __shared__ __align__(128) uint4 sm[];
     __shared__ __align__(8) uint64_t mbar;
     const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar = uint32_t(__cvta_generic_to_shared(&mbar));
-    const int G = gridDim.x, cta = blockIdx.x;
-    if (BULK && threadIdx.x != 0) goto wait;  // one thread issues every bulk copy
-    {
+    if (!BULK) {
+        moe_copy_share<false>(gu, dn, ids, d, region, base, bar);
+        cuda::w4a16::cp_async_wait_all();
+    } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (BULK) {
+        if (threadIdx.x == 0) {  // one thread sets the barrier's bytes, then issues every bulk copy
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(moe_share_bytes(d))
+                         : "memory");
+            moe_copy_share<true>(gu, dn, ids, d, region, base, bar);
         }
-#endif
-        uint32_t off = 0, total = 0;
-        if (d.contiguous) {
-            total = uint32_t(d.share);
-        } else {
-            for (int u = cta; u < d.gu_units; u += G) total += 2 * (d.kc_gu + d.kg_gu) * 512;
-            for (int t = cta; t < d.dn_units; t += G) total += d.k * (d.kc_dn + d.kg_dn) * 512;
-        }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (BULK)
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(total) : "memory");
-#endif
-        if (d.contiguous) {
-            const uint4* src = region + size_t(cta) * size_t(d.share / 16);
-            for (long o = 0; o < d.share; o += 4096)
-                moe_copy<BULK>(base + uint32_t(o), src + o / 16, int(min(4096L, d.share - o)), bar);
-        } else {
-            for (int u = cta; u < d.gu_units; u += G) {
-                const moe_src& w = gu[ids[u / d.P]];
-                off += moe_copy_tile<BULK>(w, u % d.P, d.tiles_gu, d.kc_gu, d.kg_gu, base + off, bar);
-                off += moe_copy_tile<BULK>(w, u % d.P + d.P, d.tiles_gu, d.kc_gu, d.kg_gu, base + off, bar);
-            }
-            for (int t = cta; t < d.dn_units; t += G)
-                for (int s = 0; s < d.k; ++s)
-                    off += moe_copy_tile<BULK>(dn[ids[s]], t, d.tiles_dn, d.kc_dn, d.kg_dn, base + off, bar);
-        }
-    }
-wait:
-    if (!BULK) cuda::w4a16::cp_async_wait_all();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (BULK) {
         __syncthreads();  // the barrier's init before anyone waits on it
         asm volatile("{ .reg .pred p; W%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0; @!p bra W%=; }"
                      ::"r"(bar) : "memory");
-    }
 #endif
+    }
     __syncthreads();
     if (threadIdx.x == 0 && sm[0].x == 0x9E3779B9u) *sink = sm[1].x;
 }
@@ -160,8 +116,9 @@ int main(int argc, char** argv) {
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int cc = 0;
+    CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
+    CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     const int E = argc > 1 ? std::max(8, atoi(argv[1])) : 128, K = 8, H = 2048, F = 768, SETS = 100;
     const int L = E > 128 ? 100 : 10;  // launches per graph: 800 routed experts per replay when there are many
     const cuda::w4a16_sm80_dims gd = cuda::w4a16_sm80_dims_of(2 * F, H), dd = cuda::w4a16_sm80_dims_of(H, F);
@@ -170,7 +127,7 @@ int main(int argc, char** argv) {
     auto buf = [&](size_t bytes) {
         void* p = nullptr;
         CK(cudaMalloc(&p, bytes));
-        stamp_bytes<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, uint32_t(owned.size()));
+        fill(p, bytes, uint32_t(owned.size()));
         owned.push_back(p);
         return static_cast<const uint4*>(p);
     };
@@ -199,12 +156,11 @@ int main(int argc, char** argv) {
     const int regions = int((size_t(200) << 20) / size_t(total) + 1);  // > L2 in all
     const uint4* region = buf(size_t(total) * size_t(regions) + (size_t(2) << 20));
     std::printf("moe-pattern (%d SMs): 8 of %d experts, gate/up %ldx%d + down %dx%d: %.1f MB per launch\n", sms, E,
-                long(2 * F), H, H, F,
-                total / 1e6);
+                long(2 * F), H, H, F, total / 1e6);
     for (int per_sm : {1, 2})
         for (int mode = 0; mode < 3; ++mode)  // routed gate/up + down, routed gate/up only, contiguous
             for (bool bulk : {false, true}) {
-                if (bulk && dev_cc_major(dev) < 9) continue;
+                if (bulk && cc < 9) continue;
                 const int G = sms * per_sm;
                 moe_stream_dims d{int(gd.k_chunks), int(gd.k_groups), int(gd.n_tiles),
                                   int(dd.k_chunks), int(dd.k_groups), int(dd.n_tiles),
@@ -217,11 +173,12 @@ int main(int argc, char** argv) {
                 if (most > optin / per_sm - 1024) continue;  // per_sm CTAs must fit one SM
                 CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
                 int li = 0;
-                const double us = graph_us(st, L, [&] {
-                    for (int b = 0; b < L; ++b, ++li)
-                        kern<<<G, 256, size_t(most), st>>>(tg, td, ids + (li % SETS) * K, d,
-                                                           region + size_t(li % regions) * size_t(total / 16), sink);
-                });
+                const double us = median_graph_us([&] {
+                    for (int b = 0; b < L; ++b, ++li) {
+                        const uint4* r = region + size_t(li % regions) * size_t(total / 16);
+                        kern<<<G, 256, size_t(most), g_stream>>>(tg, td, ids + (li % SETS) * K, d, r, sink);
+                    }
+                }, L);
                 CK(cudaGetLastError());
                 std::printf("moe-pattern %d CTA/SM %-22s %-8s: %7.2f us %6.0f GB/s\n", per_sm,
                             mode == 0 ? "routed gate/up + down" : mode == 1 ? "routed gate/up" : "contiguous",
