@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/w4a16_layout.h"
@@ -134,6 +135,74 @@ TEST(w4a16_layout, small_m_rows_that_fit_the_device) {
     EXPECT_EQ(w4a16_small_m_fit(49152, 64), 7);     // 48 KB: 47328 fits, 8 rows need 49408
     EXPECT_EQ(w4a16_small_m_fit(34847, 64), 0);     // not even one row (34848)
     EXPECT_EQ(w4a16_small_m_fit(232448, 16), 16);   // the cap
+}
+
+// The sweep decode kernel's plan on a device with 99 KB of shared memory per block (sm_86 / 89 / 120 /
+// 121: 101376 B opt-in). Before the limit was passed to the plan, qkv and o_proj of k = 4096 at m = 3
+// and 4 planned two tiles with x staged, more than those devices allow, and the launch failed. By
+// hand for qkv 6144 × 4096 (8 groups, 2 per warp: S = 4; T = 2 from m = 2): weights 8 warps × 2 units
+// × 4608 B = 73728, warp sums 8 × 16 × 8 × 4 B = 4096, x staged 3 rows × (4096 + 8) × 2 B = 24624.
+TEST(w4a16_sweep_plan, staged_x_past_the_device_limit_reads_x_through_l1) {
+    const int64_t kSmem99 = 101376;
+    w4a16_sweep_plan free_plan = w4a16_sweep_plan_of(6144, 4096, 3);
+    EXPECT_EQ(free_plan.T, 2);
+    EXPECT_FALSE(free_plan.x_direct);
+    EXPECT_EQ(free_plan.smem, size_t(73728 + 24624 + 4096));
+    w4a16_sweep_config cfg;
+    cfg.smem_limit = kSmem99;
+    w4a16_sweep_plan pl = w4a16_sweep_plan_of(6144, 4096, 3, cfg);
+    EXPECT_EQ(pl.T, 2);
+    EXPECT_TRUE(pl.x_direct);
+    EXPECT_EQ(pl.smem, size_t(73728 + 4096));
+    EXPECT_EQ(w4a16_sweep_why_not(pl, 3, kSmem99), "");
+    // the caller's own plan and x path are kept, and refused with the sizes (m = 4: x 4 × 4104 × 2 = 32832)
+    cfg.T = 2, cfg.G = 8, cfg.S = 4, cfg.x_direct = 0;
+    pl = w4a16_sweep_plan_of(6144, 4096, 4, cfg);
+    EXPECT_EQ(pl.T, 2);
+    EXPECT_FALSE(pl.x_direct);
+    EXPECT_EQ(pl.smem, size_t(73728 + 32832 + 4096));
+    const std::string why = w4a16_sweep_why_not(pl, 4, kSmem99);
+    EXPECT_NE(why.find("110656 B"), std::string::npos) << why;
+    EXPECT_NE(why.find("101376"), std::string::npos) << why;
+    EXPECT_EQ(w4a16_sweep_why_not(pl, 4), "");  // no limit given: only the plan's own rules
+}
+
+// Every default plan the registry can ask for (k ≤ 4096; m > 8 only for n ≤ 8192; plain and
+// matmul_silu) fits 99 KB, and on an H100 (232448 B) the limit changes no plan: the plans measured
+// there (docs/perf.md) stay as they were.
+TEST(w4a16_sweep_plan, default_plans_fit_99kb_and_are_unchanged_on_h100) {
+    struct shape { int64_t n, k; };
+    const shape shapes[] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {5120, 2048}, {2048, 4096},
+                            {576, 576}, {3072, 1024}, {24576, 4096}, {4096, 2560}, {1000, 1552}};
+    std::vector<std::string> limited;
+    for (const shape& sh : shapes)
+        for (int64_t m = 1; m <= W4A16_SWEEP_M_MAX; ++m)
+            for (bool silu : {false, true}) {
+                if (m > 8 && sh.n > W4A16_SWEEP_WIDE_N_MAX) continue;
+                if (silu && (sh.n % 32 != 0 || m > 8)) continue;
+                w4a16_sweep_config c99, c_h100, c_none;
+                c99.smem_limit = 101376, c_h100.smem_limit = 232448;
+                if (silu) c99.silu_n_ff = c_h100.silu_n_ff = c_none.silu_n_ff = sh.n / 2;
+                const std::string what = std::to_string(sh.n) + "x" + std::to_string(sh.k) + " m=" +
+                                         std::to_string(m) + (silu ? " silu" : "");
+                const w4a16_sweep_plan p99 = w4a16_sweep_plan_of(sh.n, sh.k, m, c99);
+                const w4a16_sweep_plan ph = w4a16_sweep_plan_of(sh.n, sh.k, m, c_h100);
+                const w4a16_sweep_plan p0 = w4a16_sweep_plan_of(sh.n, sh.k, m, c_none);
+                if (!w4a16_sweep_why_not(p0, m).empty()) continue;  // not a plan the registry runs
+                EXPECT_EQ(w4a16_sweep_why_not(p99, m, 101376), "") << what;
+                EXPECT_LE(p99.smem, size_t(101376)) << what;
+                EXPECT_EQ(p99.G, p0.G) << what;  // the arithmetic's split of k never changes
+                EXPECT_EQ(p99.S, p0.S) << what;
+                EXPECT_TRUE(ph.T == p0.T && ph.x_direct == p0.x_direct && ph.smem == p0.smem) << what;
+                if (p99.x_direct != p0.x_direct || p99.T != p0.T) limited.push_back(what);
+            }
+    // x staged at m = 3 and 4 where k = 4096 and the grid has < 1024 tiles (n < 16384), two tiles
+    // per CTA: 73728 + 4096 + m · 8208 > 101376 B; the others read x through L1 there already
+    const std::vector<std::string> expected = {
+        "6144x4096 m=3", "6144x4096 m=3 silu", "6144x4096 m=4", "6144x4096 m=4 silu",
+        "4096x4096 m=3", "4096x4096 m=3 silu", "4096x4096 m=4", "4096x4096 m=4 silu",
+        "2048x4096 m=3", "2048x4096 m=3 silu", "2048x4096 m=4", "2048x4096 m=4 silu"};
+    EXPECT_EQ(limited, expected);
 }
 
 }  // namespace

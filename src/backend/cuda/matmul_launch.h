@@ -178,30 +178,7 @@ int64_t smem_optin_here();
 // read by each lane through L1. Workspace (plans that split k over CTAs, n_gr > 1): partial ≥ the
 // plan's partial_bytes, counters ≥ counter_count (zero before the first launch; every launch leaves
 // them zero). Deterministic; a row's arithmetic depends on the weight shape alone (not on m).
-constexpr int64_t W4A16_SWEEP_M_MAX = 16;        // rows the kernel takes (and the registry gives it)
-// The registry gives it m > 8 (two column tiles, x re-read through L1 by every CTA) only for weights of
-// n ≤ this: there it beat the sm80 kernel at m = 12 and 16 on an H100 (qkv 12.32 vs 14.24 µs, o_proj 9.58
-// vs 12.16 at m = 16); on gate+up (n = 28672, 896 CTAs each reading all of x) it lost (49.8 vs 40.3 µs;
-// docs/perf.md, session 20).
-constexpr int64_t W4A16_SWEEP_WIDE_N_MAX = 8192;
-constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default plan (k ≤ 4096): one CTA holds all of k
-struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
-    int T = 0, G = 0, S = 0;
-    int x_direct = -1;  // 1: x read through L1, 0: staged in shared memory, -1: the plan's choice
-    int pdl = 0;
-    int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
-    int64_t silu_n_ff = 0;  // > 0: matmul_silu on a stacked [2·n_ff, k] weight (the default plan with T = 2:
-                            // a gate tile and its up tile per CTA); out is [m, n_ff] = silu(gate) · up
-};
-struct w4a16_sweep_plan {
-    int T = 0, G = 0, S = 0, n_tb = 0, n_gr = 0;
-    int64_t silu_n_ff = 0;
-    bool x_direct = false;
-    size_t smem = 0, partial_bytes = 0, counter_count = 0;
-};
-// The plan for m rows (T and the x path depend on m; the arithmetic does not).
-w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg = {});
-std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m);  // "" when the launch is valid
+// The plan (w4a16_sweep_plan_of, w4a16_sweep_why_not) and its limits: w4a16_layout.h.
 void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                      const w4a16_sm80_workspace& ws, cudaStream_t s,
                                      const w4a16_sweep_config& cfg = {});

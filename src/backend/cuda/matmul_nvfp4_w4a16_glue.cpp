@@ -202,7 +202,8 @@ void launch_w4a16_gemv(backend& be, const matmul_args& a) {
 // takes (≤ W4A16_SWEEP_M_MAX; above 8 only for n ≤ W4A16_SWEEP_WIDE_N_MAX) where k ≤ 4096 (its default
 // plan holds all of k in one CTA) — it measured faster than the sm80 kernel there on an H100
 // (docs/perf.md, sessions 18 and 20); the sm80 kernel keeps the rest. The plan's own check
-// (w4a16_sweep_why_not) refuses larger m.
+// (w4a16_sweep_why_not) refuses larger m, and plans the device's shared memory cannot hold (the plan
+// first reads x through L1 there: 99 KB devices at m = 3–4 on k = 4096).
 std::string accepts_w4a16_sweep(const matmul_args& a) {
     std::string why = accepts_w4a16_sm80(a);
     if (!why.empty()) return why;
@@ -213,13 +214,16 @@ std::string accepts_w4a16_sweep(const matmul_args& a) {
     if (a.m > 8 && a.n > W4A16_SWEEP_WIDE_N_MAX)
         return "m = " + std::to_string(a.m) + " > 8 on n = " + std::to_string(a.n) + " > " +
                std::to_string(W4A16_SWEEP_WIDE_N_MAX) + ": every CTA re-reads x (slower than the sm80 kernel)";
-    return w4a16_sweep_why_not(w4a16_sweep_plan_of(a.n, a.k, a.m), a.m);
+    w4a16_sweep_config cfg;
+    cfg.smem_limit = smem_optin_here();
+    return w4a16_sweep_why_not(w4a16_sweep_plan_of(a.n, a.k, a.m, cfg), a.m, cfg.smem_limit);
 }
 
 void launch_w4a16_sweep(backend& be, const matmul_args& a) {
     cudaStream_t s = stream_of(be);
     w4a16_sweep_config cfg;
     cfg.pdl = pdl_enabled(be) ? 1 : 0;
+    cfg.smem_limit = smem_optin_here();
     const w4a16_sweep_plan pl = w4a16_sweep_plan_of(a.n, a.k, a.m, cfg);
     w4a16_sm80_workspace need;
     need.partial_bytes = pl.partial_bytes, need.counter_count = pl.counter_count;
@@ -237,7 +241,8 @@ std::string accepts_silu_w4a16_sweep(const matmul_silu_args& a) {
         if (!why.empty()) return why;
         w4a16_sweep_config cfg;
         cfg.silu_n_ff = b.n_ff;
-        return w4a16_sweep_why_not(w4a16_sweep_plan_of(b.mm.n, b.mm.k, b.mm.m, cfg), b.mm.m);
+        cfg.smem_limit = smem_optin_here();
+        return w4a16_sweep_why_not(w4a16_sweep_plan_of(b.mm.n, b.mm.k, b.mm.m, cfg), b.mm.m, cfg.smem_limit);
     });
 }
 
@@ -245,6 +250,7 @@ void launch_silu_w4a16_sweep(backend& be, const matmul_silu_args& a) {
     w4a16_sweep_config cfg;
     cfg.pdl = pdl_enabled(be) ? 1 : 0;
     cfg.silu_n_ff = a.n_ff;
+    cfg.smem_limit = smem_optin_here();
     matmul_nvfp4_w4a16_sweep_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.out.data, {},
                                     stream_of(be), cfg);
 }

@@ -30,9 +30,9 @@ namespace {
 
 using namespace w4a16;
 
-constexpr int SW_MAX_WARPS = 8;
-constexpr int UNIT_U4 = GROUP_CHUNKS * 32 + 32;  // one (tile, group): 8 chunks of codes, then its scales
-constexpr int X_PAD = 8;                         // bf16 per staged x row: staggers rows across banks
+constexpr int SW_MAX_WARPS = W4A16_SWEEP_MAX_WARPS;
+constexpr int UNIT_U4 = W4A16_SWEEP_UNIT_U4;  // one (tile, group): 8 chunks of codes, then its scales
+constexpr int X_PAD = W4A16_SWEEP_X_PAD;      // bf16 per staged x row: staggers rows across banks
 
 struct sweep_params {
     const uint4* codes;
@@ -74,15 +74,9 @@ __device__ __forceinline__ void sweep_chunk2(const uint4& q, uint32_t two, const
     }
 }
 
-// Shared memory (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD] bf16,
-// then [warps][16 rows][8·NB m] f32 warp sums (NB column tiles of 8 x rows: 1 for m ≤ 8, 2 above).
-__host__ __device__ constexpr size_t sweep_x_off(int warps, int gs) { return size_t(warps) * gs * UNIT_U4; }
-__host__ __device__ constexpr size_t sweep_red_off(int warps, int gs, int m, int G) {
-    return sweep_x_off(warps, gs) + (size_t(m) * (G * GROUP_K + X_PAD) * 2 + 15) / 16;
-}
-__host__ __device__ constexpr size_t sweep_smem(int warps, int gs, int m, int G, int nb) {
-    return (sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 * nb / 4) * 16;
-}
+// Shared memory: w4a16_sweep_x_off / w4a16_sweep_red_off / w4a16_sweep_smem (w4a16_layout.h).
+constexpr size_t sweep_x_off(int warps, int gs) { return w4a16_sweep_x_off(warps, gs); }
+constexpr size_t sweep_red_off(int warps, int gs, int m, int G) { return w4a16_sweep_red_off(warps, gs, m, G); }
 
 // x of the CTA's groups (zeros past k) into shared memory by every thread, up to 4 loads in flight
 // per thread before their stores (a load-then-store loop left the L2 round trips of m rows serial).
@@ -304,56 +298,11 @@ void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, 
 
 }  // namespace
 
-w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg) {
-    const w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
-    w4a16_sweep_plan pl;
-    if (cfg.T > 0 && cfg.silu_n_ff == 0) {
-        pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
-    } else {
-        // The default (bench_matmul --sweep on an H100, docs/perf.md session 18): all of k in one CTA
-        // (the plans that split k over CTAs measured slower on every shape); two groups per warp
-        // where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
-        // rows staged per CTA serve two tiles). Only T and the x path depend on m, never the
-        // arithmetic: a row's sums are the same at every m.
-        pl.G = int(d.k_groups);
-        const int gs = pl.G % 2 == 0 ? 2 : 1;
-        pl.S = pl.G / gs;
-        pl.T = m <= 1 || 2 * pl.S > SW_MAX_WARPS ? 1 : 2;
-        if (cfg.silu_n_ff > 0) pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;  // a gate tile and its up tile
-    }
-    // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024
-    // tiles) each lane reads its x from global memory through L1 instead.
-    pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0 : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
-    pl.n_tb = pl.silu_n_ff > 0 ? int(pl.silu_n_ff / 16) : int((d.n_tiles + pl.T - 1) / pl.T);
-    pl.n_gr = int((d.k_groups + pl.G - 1) / pl.G);
-    const int gs = pl.S > 0 ? std::max(1, pl.G / pl.S) : 1;
-    pl.smem = sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(std::max<int64_t>(m, 1)), pl.G, m > 8 ? 2 : 1);
-    pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(std::max<int64_t>(m, 1)) * 4 : 0;
-    pl.counter_count = pl.n_gr > 1 ? size_t(pl.n_tb) : 0;
-    return pl;
-}
-
-std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m) {
-    if (m < 1 || m > W4A16_SWEEP_M_MAX)
-        return strfmt("m = %lld: the sweep kernel takes 1..%lld rows", (long long)m, (long long)W4A16_SWEEP_M_MAX);
-    if (pl.T < 1 || pl.S < 1 || pl.T * pl.S > SW_MAX_WARPS)
-        return strfmt("plan T = %d tiles x S = %d warps per tile: at most %d warps per CTA", pl.T, pl.S, SW_MAX_WARPS);
-    if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
-    const int gs = pl.G / pl.S;
-    if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
-    if (m > 8 && !pl.x_direct)
-        return strfmt("m = %lld > 8: x rows 8 .. 15 are read through L1 (x_direct)", (long long)m);
-    if (pl.silu_n_ff > 0 && (pl.n_gr != 1 || pl.T != 2))
-        return strfmt("matmul_silu: a CTA holds all of k and a gate/up tile pair; plan T = %d, %d group ranges", pl.T,
-                      pl.n_gr);
-    return "";
-}
-
 void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                      const w4a16_sm80_workspace& ws, cudaStream_t s, const w4a16_sweep_config& cfg) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
     const w4a16_sweep_plan pl = w4a16_sweep_plan_of(w.n, w.k, m, cfg);
-    const std::string why = w4a16_sweep_why_not(pl, m);
+    const std::string why = w4a16_sweep_why_not(pl, m, smem_optin_here());
     TETRA_CHECK(why.empty(), "matmul_nvfp4_w4a16_sweep: weight [%lld, %lld]: %s", (long long)w.n, (long long)w.k,
                 why.c_str());
     TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff && cfg.no_math == 0),

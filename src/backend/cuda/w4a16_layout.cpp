@@ -2,6 +2,7 @@
 // the CPU build compiles it too, so the layout is checked without a GPU.
 #include "backend/cuda/w4a16_layout.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -79,6 +80,68 @@ void w4a16_sm80_pack(const uint8_t* codes, const uint8_t* scales, int64_t n, int
             }
     };
     parallel_for(d.n_tiles, pack_tiles);
+}
+
+// ---- the sweep kernel's plan ------------------------------------------------------------------------
+
+w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg) {
+    const w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
+    w4a16_sweep_plan pl;
+    const bool chosen = cfg.T > 0 && cfg.silu_n_ff == 0;  // the caller's T, G, S
+    if (chosen) {
+        pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
+    } else {
+        // The default (bench_matmul --sweep on an H100, docs/perf.md session 18): all of k in one CTA
+        // (the plans that split k over CTAs measured slower on every shape); two groups per warp
+        // where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
+        // rows staged per CTA serve two tiles). Only T and the x path depend on m (and on the
+        // device's shared memory), never the arithmetic: a row's sums are the same in every plan.
+        pl.G = int(d.k_groups);
+        const int gs = pl.G % 2 == 0 ? 2 : 1;
+        pl.S = pl.G / gs;
+        pl.T = m <= 1 || 2 * pl.S > W4A16_SWEEP_MAX_WARPS ? 1 : 2;
+        if (cfg.silu_n_ff > 0) pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;  // a gate tile and its up tile
+    }
+    // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024
+    // tiles) each lane reads its x from global memory through L1 instead.
+    pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0 : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
+    const int64_t rows = std::max<int64_t>(m, 1);
+    auto size = [&] {
+        pl.n_tb = pl.silu_n_ff > 0 ? int(pl.silu_n_ff / 16) : int((d.n_tiles + pl.T - 1) / pl.T);
+        pl.n_gr = int((d.k_groups + pl.G - 1) / pl.G);
+        const int gs = pl.S > 0 ? std::max(1, pl.G / pl.S) : 1;
+        pl.smem = w4a16_sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(rows), pl.G, m > 8 ? 2 : 1);
+    };
+    size();
+    // A device with less shared memory per block than the plan (99 KB: sm_86 / 89 / 120 / 121): x
+    // through L1 where the caller left the x path to the plan, then one tile per CTA.
+    if (cfg.smem_limit > 0 && int64_t(pl.smem) > cfg.smem_limit && !pl.x_direct && cfg.x_direct < 0)
+        pl.x_direct = true, size();
+    if (cfg.smem_limit > 0 && int64_t(pl.smem) > cfg.smem_limit && !chosen && pl.silu_n_ff == 0 && pl.T > 1)
+        pl.T = 1, size();
+    pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(rows) * 4 : 0;
+    pl.counter_count = pl.n_gr > 1 ? size_t(pl.n_tb) : 0;
+    return pl;
+}
+
+std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m, int64_t smem_limit) {
+    if (m < 1 || m > W4A16_SWEEP_M_MAX)
+        return strfmt("m = %lld: the sweep kernel takes 1..%lld rows", (long long)m, (long long)W4A16_SWEEP_M_MAX);
+    if (pl.T < 1 || pl.S < 1 || pl.T * pl.S > W4A16_SWEEP_MAX_WARPS)
+        return strfmt("plan T = %d tiles x S = %d warps per tile: at most %d warps per CTA", pl.T, pl.S,
+                      W4A16_SWEEP_MAX_WARPS);
+    if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
+    const int gs = pl.G / pl.S;
+    if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
+    if (m > 8 && !pl.x_direct)
+        return strfmt("m = %lld > 8: x rows 8 .. 15 are read through L1 (x_direct)", (long long)m);
+    if (pl.silu_n_ff > 0 && (pl.n_gr != 1 || pl.T != 2))
+        return strfmt("matmul_silu: a CTA holds all of k and a gate/up tile pair; plan T = %d, %d group ranges", pl.T,
+                      pl.n_gr);
+    if (smem_limit > 0 && int64_t(pl.smem) > smem_limit)
+        return strfmt("plan T = %d, G = %d, x %s: %zu B of shared memory per CTA, the device allows %lld", pl.T, pl.G,
+                      pl.x_direct ? "through L1" : "staged", pl.smem, (long long)smem_limit);
+    return "";
 }
 
 }  // namespace cuda

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #if defined(__CUDACC__)
 #define TETRA_W4A16_HD __host__ __device__ __forceinline__
@@ -92,6 +93,53 @@ constexpr int64_t w4a16_small_m_fit(int64_t smem_optin, int64_t m_cap) {
     while (m < m_cap && w4a16_small_smem(m + 1) <= smem_optin) ++m;
     return m;
 }
+
+// ---- the sweep decode kernel's plan (matmul_nvfp4_w4a16_sweep_sm80.cu; plain C++ here so that the
+// CPU build tests it: tests/backend/test_w4a16_layout.cpp) ----------------------------------------
+constexpr int64_t W4A16_SWEEP_M_MAX = 16;        // rows the kernel takes (and the registry gives it)
+// The registry gives it m > 8 (two column tiles, x re-read through L1 by every CTA) only for weights of
+// n ≤ this: there it beat the sm80 kernel at m = 12 and 16 on an H100 (qkv 12.32 vs 14.24 µs, o_proj 9.58
+// vs 12.16 at m = 16); on gate+up (n = 28672, 896 CTAs each reading all of x) it lost (49.8 vs 40.3 µs;
+// docs/perf.md, session 20).
+constexpr int64_t W4A16_SWEEP_WIDE_N_MAX = 8192;
+constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default plan (k ≤ 4096): one CTA holds all of k
+constexpr int W4A16_SWEEP_MAX_WARPS = 8;
+constexpr int W4A16_SWEEP_UNIT_U4 = w4a16::GROUP_CHUNKS * 32 + 32;  // one (tile, group): 8 chunks of codes, its scales
+constexpr int W4A16_SWEEP_X_PAD = 8;  // bf16 per staged x row: staggers rows across banks
+
+// Shared memory of a CTA (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD]
+// bf16 (m = 0 when x is read through L1), then [warps][16 rows][8·NB m] f32 warp sums (NB column tiles
+// of 8 x rows: 1 for m ≤ 8, 2 above).
+TETRA_W4A16_HD constexpr size_t w4a16_sweep_x_off(int warps, int gs) { return size_t(warps) * gs * W4A16_SWEEP_UNIT_U4; }
+TETRA_W4A16_HD constexpr size_t w4a16_sweep_red_off(int warps, int gs, int m, int G) {
+    return w4a16_sweep_x_off(warps, gs) + (size_t(m) * (G * w4a16::GROUP_K + W4A16_SWEEP_X_PAD) * 2 + 15) / 16;
+}
+TETRA_W4A16_HD constexpr size_t w4a16_sweep_smem(int warps, int gs, int m, int G, int nb) {
+    return (w4a16_sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 * nb / 4) * 16;
+}
+
+struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
+    int T = 0, G = 0, S = 0;
+    int x_direct = -1;  // 1: x read through L1, 0: staged in shared memory, -1: the plan's choice
+    int pdl = 0;
+    int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
+    int64_t silu_n_ff = 0;  // > 0: matmul_silu on a stacked [2·n_ff, k] weight (the default plan with T = 2:
+                            // a gate tile and its up tile per CTA); out is [m, n_ff] = silu(gate) · up
+    // > 0: the device's opt-in shared memory per block. The default plan then reads x through L1
+    // where staging it would not fit (99 KB on sm_86 / 89 / 120 / 121: qkv and o_proj of k = 4096 at
+    // m = 3 and 4 need 100–108 KB staged), and drops to one tile per CTA if even that does not fit.
+    int64_t smem_limit = 0;
+};
+struct w4a16_sweep_plan {
+    int T = 0, G = 0, S = 0, n_tb = 0, n_gr = 0;
+    int64_t silu_n_ff = 0;
+    bool x_direct = false;
+    size_t smem = 0, partial_bytes = 0, counter_count = 0;
+};
+// The plan for m rows (T and the x path depend on m and on cfg.smem_limit; the arithmetic does not).
+w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a16_sweep_config& cfg = {});
+// "" when the launch is valid; smem_limit > 0: also that the plan's shared memory fits it.
+std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m, int64_t smem_limit = 0);
 
 // Host re-layout of the canonical bytes (w4a16_layout.cpp). codes: u8 [n, k/2] (even element in
 // the low nibble); scales: e4m3 [n, k/16]; packed_codes/packed_scales: host buffers of dims

@@ -551,6 +551,24 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
         }
 }
 
+// The plan a device with 99 KB of shared memory per block runs (sm_86 / 89 / 120 / 121; emulated
+// here through the plan's limit): at m = 3 and 4 on k = 4096 it reads x through L1 instead of
+// staging it, and must give the H100 plan's bits.
+TEST(matmul_w4a16_sweep, plan_for_99kb_devices_equals_default_bitwise) {
+    host_weight hw = random_weight(2048, 4096, 912);
+    dev_weight dw(hw, 1);
+    std::vector<uint16_t> x = random_bf16(4 * hw.k, 913);
+    for (int64_t m : {3, 4}) {
+        std::vector<uint16_t> xm(x.begin(), x.begin() + m * hw.k);
+        cuda::w4a16_sweep_config small;
+        small.smem_limit = 101376;
+        const cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(hw.n, hw.k, m, small);
+        ASSERT_TRUE(pl.x_direct && !cuda::w4a16_sweep_plan_of(hw.n, hw.k, m).x_direct) << "m=" << m;
+        ASSERT_LE(pl.smem, size_t(101376));
+        EXPECT_EQ(run_sweep(dw, xm, m, small), run_sweep(dw, xm, m)) << "m=" << m;
+    }
+}
+
 // Plans and row counts the kernel cannot run are refused with the reason, not run wrongly.
 TEST(matmul_w4a16_sweep, refuses_what_it_cannot_run) {
     host_weight hw = random_weight(32, 1024, 909);
