@@ -108,7 +108,7 @@ uint32_t target_features(const compiled_target& t) {
     bool af = t.suffix != target_suffix::NONE;
     if (t.cc >= 80) f |= FEAT_CP_ASYNC | FEAT_MMA_BF16;
     if (t.cc >= 89) f |= FEAT_MMA_FP8;
-    if (t.cc >= 90) f |= FEAT_TMA;
+    if (t.cc >= 90) f |= FEAT_TMA | FEAT_PDL;
     if (t.cc == 90 && t.suffix == target_suffix::A) f |= FEAT_WGMMA;
     if ((t.cc == 100 || t.cc == 103 || t.cc == 110) && t.suffix == target_suffix::A) f |= FEAT_TCGEN05;
     if ((t.cc == 120 || t.cc == 121) && af) f |= FEAT_MMA_FP4_BLOCK;
@@ -140,6 +140,7 @@ std::string arch_features_str(uint32_t features) {
         {FEAT_MMA_FP8, "mma.fp8"},       {FEAT_TMA, "tma"},
         {FEAT_WGMMA, "wgmma"},           {FEAT_TCGEN05, "tcgen05"},
         {FEAT_MMA_FP4_BLOCK, "mma.fp4.block_scale"}, {FEAT_CVT_E2M1, "cvt.e2m1"},
+        {FEAT_PDL, "pdl"},
         {FEAT_CPU_AVX2_FMA_F16C, "avx2+fma+f16c"},
     };
     std::string s;

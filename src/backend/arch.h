@@ -60,6 +60,9 @@ enum arch_feature : uint32_t {
     FEAT_TCGEN05 = 1u << 5,         // tcgen05 / TMEM (sm_100a, sm_103a, sm_110a)
     FEAT_MMA_FP4_BLOCK = 1u << 6,   // mma.sync kind::mxf4nvf4 block_scale (sm_120a/121a/120f/121f)
     FEAT_CVT_E2M1 = 1u << 7,        // cvt e2m1x2 (a/f targets of 10.x–12.x)
+    // griddepcontrol (programmatic dependent launch, ≥ sm_90): a kernel built for an older image
+    // has no pdl_wait(), so launching it with the PDL attribute would let it race its predecessor
+    FEAT_PDL = 1u << 8,
     FEAT_CPU_AVX2_FMA_F16C = 1u << 16,  // x86 AVX2 + FMA + F16C
 };
 std::string arch_features_str(uint32_t features);  // "cp.async,mma.bf16,..." ("none" if 0)

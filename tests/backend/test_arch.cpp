@@ -84,7 +84,7 @@ TEST(arch, image_selection) {
 TEST(arch, feature_table) {
     const uint32_t base80 = FEAT_CP_ASYNC | FEAT_MMA_BF16;
     const uint32_t base89 = base80 | FEAT_MMA_FP8;
-    const uint32_t base90 = base89 | FEAT_TMA;
+    const uint32_t base90 = base89 | FEAT_TMA | FEAT_PDL;
     struct { int dev; const char* list; uint32_t want; } cases[] = {
         {75, "sm_75", 0},
         {80, "sm_80", base80},
@@ -115,6 +115,8 @@ TEST(arch, feature_table) {
         {120, "sm_100a,sm_100", 0},                              // 10.x cubins cannot run on 12.0
         {120, "sm_100a,compute_90", base90},
         {100, "sm_120a,sm_121a", 0},
+        {90, "sm_80,compute_80", base80},                        // Ampere image on Hopper: no PDL
+        {120, "compute_89", base89},                             // nor on Blackwell (no griddepcontrol)
     };
     for (const auto& c : cases)
         EXPECT_EQ(arch_features_str(cuda_features(c.dev, parse_compiled_targets(c.list))), arch_features_str(c.want))

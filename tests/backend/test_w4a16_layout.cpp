@@ -132,6 +132,7 @@ TEST(w4a16_layout, small_m_rows_that_fit_the_device) {
     EXPECT_EQ(w4a16_small_m_fit(232448, 64), 64);   // H100: every small m
     EXPECT_EQ(w4a16_small_m_fit(166912, 64), 64);   // A100: 165888 fits
     EXPECT_EQ(w4a16_small_m_fit(101376, 64), 32);   // 99 KB: 99328 fits, 33 rows need 101408
+    EXPECT_EQ(w4a16_small_m_fit(101376 - 64, 64), 32);  // less the kernels' static bytes (small_m_max_here)
     EXPECT_EQ(w4a16_small_m_fit(49152, 64), 7);     // 48 KB: 47328 fits, 8 rows need 49408
     EXPECT_EQ(w4a16_small_m_fit(34847, 64), 0);     // not even one row (34848)
     EXPECT_EQ(w4a16_small_m_fit(232448, 16), 16);   // the cap
@@ -143,7 +144,7 @@ TEST(w4a16_layout, small_m_rows_that_fit_the_device) {
 // hand for qkv 6144 × 4096 (8 groups, 2 per warp: S = 4; T = 2 from m = 2): weights 8 warps × 2 units
 // × 4608 B = 73728, warp sums 8 × 16 × 8 × 4 B = 4096, x staged 3 rows × (4096 + 8) × 2 B = 24624.
 TEST(w4a16_sweep_plan, staged_x_past_the_device_limit_reads_x_through_l1) {
-    const int64_t kSmem99 = 101376;
+    const int64_t kSmem99 = 101376 - W4A16_SWEEP_STATIC_SMEM_MAX;  // what the registry passes there
     w4a16_sweep_plan free_plan = w4a16_sweep_plan_of(6144, 4096, 3);
     EXPECT_EQ(free_plan.T, 2);
     EXPECT_FALSE(free_plan.x_direct);
@@ -163,7 +164,7 @@ TEST(w4a16_sweep_plan, staged_x_past_the_device_limit_reads_x_through_l1) {
     EXPECT_EQ(pl.smem, size_t(73728 + 32832 + 4096));
     const std::string why = w4a16_sweep_why_not(pl, 4, kSmem99);
     EXPECT_NE(why.find("110656 B"), std::string::npos) << why;
-    EXPECT_NE(why.find("101376"), std::string::npos) << why;
+    EXPECT_NE(why.find(std::to_string(kSmem99)), std::string::npos) << why;
     EXPECT_EQ(w4a16_sweep_why_not(pl, 4), "");  // no limit given: only the plan's own rules
 }
 
@@ -181,7 +182,8 @@ TEST(w4a16_sweep_plan, default_plans_fit_99kb_and_are_unchanged_on_h100) {
                 if (m > 8 && sh.n > W4A16_SWEEP_WIDE_N_MAX) continue;
                 if (silu && (sh.n % 32 != 0 || m > 8)) continue;
                 w4a16_sweep_config c99, c_h100, c_none;
-                c99.smem_limit = 101376, c_h100.smem_limit = 232448;
+                c99.smem_limit = 101376 - W4A16_SWEEP_STATIC_SMEM_MAX;
+                c_h100.smem_limit = 232448 - W4A16_SWEEP_STATIC_SMEM_MAX;
                 if (silu) c99.silu_n_ff = c_h100.silu_n_ff = c_none.silu_n_ff = sh.n / 2;
                 const std::string what = std::to_string(sh.n) + "x" + std::to_string(sh.k) + " m=" +
                                          std::to_string(m) + (silu ? " silu" : "");
@@ -189,8 +191,8 @@ TEST(w4a16_sweep_plan, default_plans_fit_99kb_and_are_unchanged_on_h100) {
                 const w4a16_sweep_plan ph = w4a16_sweep_plan_of(sh.n, sh.k, m, c_h100);
                 const w4a16_sweep_plan p0 = w4a16_sweep_plan_of(sh.n, sh.k, m, c_none);
                 if (!w4a16_sweep_why_not(p0, m).empty()) continue;  // not a plan the registry runs
-                EXPECT_EQ(w4a16_sweep_why_not(p99, m, 101376), "") << what;
-                EXPECT_LE(p99.smem, size_t(101376)) << what;
+                EXPECT_EQ(w4a16_sweep_why_not(p99, m, c99.smem_limit), "") << what;
+                EXPECT_LE(p99.smem, size_t(c99.smem_limit)) << what;
                 EXPECT_EQ(p99.G, p0.G) << what;  // the arithmetic's split of k never changes
                 EXPECT_EQ(p99.S, p0.S) << what;
                 EXPECT_TRUE(ph.T == p0.T && ph.x_direct == p0.x_direct && ph.smem == p0.smem) << what;

@@ -266,7 +266,8 @@ cudaStream_t stream_of(backend& b) { return as_cuda(b).stream(); }
 void* scratch(backend& b, size_t bytes) { return as_cuda(b).scratch(bytes); }
 bool pdl_enabled(backend& b) {
     static const bool on = env_int("TETRA_PDL", 1) != 0;
-    return on && b.device().cc >= 90;
+    // the loaded image, not the device: an sm_80/89 image running on sm_90+ has no pdl_wait()
+    return on && (b.device().features & FEAT_PDL) != 0;
 }
 
 }  // namespace cuda

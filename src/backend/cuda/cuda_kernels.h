@@ -31,8 +31,14 @@ cudaStream_t stream_of(backend& b);
 // growth synchronizes the device, so size it once at warm-up before capturing CUDA graphs).
 void* scratch(backend& b, size_t bytes);
 // Whether launch_pdl() (cuda_device.cuh) launches with programmatic dependent launch on this
-// backend: compute capability ≥ 9.0 and TETRA_PDL is not 0.
+// backend: the loaded image has griddepcontrol (FEAT_PDL: built for ≥ sm_90) and TETRA_PDL is not 0.
 bool pdl_enabled(backend& b);
+// The most dynamic shared memory kernel `kern` may set as its maximum on the current device: the
+// opt-in limit per block less the kernel's static __shared__ bytes. CUDA counts both against the
+// limit, so asking for the whole limit fails for any kernel with static shared memory (measured by
+// the audit of session 22 on the 99-KB sm_86 / 89 / 120 / 121, where the small-M W4A16 kernels asked
+// for all 101376 B beside their 16 static bytes).
+int64_t dynamic_smem_cap(const void* kern);
 
 // Requirements of a kernel that runs on devices ≥ min_cc for the given activation dtypes and needs
 // the loaded image to provide `features` (arch.h bits; e.g. FEAT_CVT_E2M1 for a hardware-e2m1

@@ -162,6 +162,10 @@ struct w4a16_gemv_plan {
     size_t partial_bytes = 0, counter_count = 0;
 };
 w4a16_gemv_plan w4a16_gemv_plan_of(int64_t n, int64_t k, int sm_count, const w4a16_gemv_config& cfg = {});
+// Dynamic shared memory per CTA at x [m, k]: the warps' rings + x. Above the device's limit (99-KB
+// sm_86 / 89 / 120 / 121 at the default 8 slots: k = 4096 from m = 8) the launcher refuses and the
+// registry declines.
+int64_t w4a16_gemv_smem(int64_t m, int64_t k, const w4a16_gemv_config& cfg = {});
 // out[m, n] = x[m, k] · Wᵀ when w4a16_gemv_fits(m, k). x: bf16 [m, k]; out: bf16 [m, n].
 void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out,
                                     const w4a16_sm80_workspace& ws, int sm_count, cudaStream_t s,

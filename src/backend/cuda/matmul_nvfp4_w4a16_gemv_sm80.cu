@@ -203,18 +203,25 @@ constexpr size_t ring_bytes() { return size_t(GV_WARPS) * S * SLOT * 16; }
 template <int S, int CPS>
 void launch_gemv(const gemv_params& p, int grid, cudaStream_t s) {
     auto kern = w4a16_gemv_kernel<S, CPS>;
-    static bool attr_set = false;  // per template instance; the attribute is per-function
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(ring_bytes<S>() + W4A16_GEMV_X_SMEM_MAX)));
-        attr_set = true;
+    static int dyn_max = 0;  // per template instance; the attribute is per-function
+    if (!dyn_max) {  // what the largest x needs, within the device (opt-in less the static bytes)
+        dyn_max = int(std::min<int64_t>(int64_t(ring_bytes<S>()) + W4A16_GEMV_X_SMEM_MAX,
+                                        dynamic_smem_cap(reinterpret_cast<const void*>(kern))));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn_max));
     }
     const size_t smem = ring_bytes<S>() + size_t(p.m) * (p.k + X_PAD) * 2;
+    TETRA_CHECK(smem <= size_t(dyn_max), "matmul_nvfp4_w4a16_gemv: x [%d, %d] with %d ring slots per warp needs %zu B "
+                "of shared memory per CTA, the device allows %d", p.m, p.k, S, smem, dyn_max);
     kern<<<unsigned(grid), GV_THREADS, smem, s>>>(p);
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
+
+int64_t w4a16_gemv_smem(int64_t m, int64_t k, const w4a16_gemv_config& cfg) {
+    const int64_t slots = cfg.ctas_per_sm == 1 ? 16 : cfg.ctas_per_sm == 2 ? 8 : 4;
+    return int64_t(GV_WARPS) * slots * SLOT * 16 + m * (k + X_PAD) * 2;
+}
 
 bool w4a16_gemv_fits(int64_t m, int64_t k) {
     return m >= 1 && m <= W4A16_GEMV_M_MAX && k > 0 && m * (k + X_PAD) * 2 <= W4A16_GEMV_X_SMEM_MAX;

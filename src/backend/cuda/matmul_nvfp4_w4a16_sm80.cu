@@ -52,9 +52,24 @@ int64_t smem_per_sm_here() {
     static std::atomic<int> cache[64];
     return attr_here(cudaDevAttrMaxSharedMemoryPerMultiprocessor, cache);
 }
+// Static shared memory the small-M kernels may have beside their dynamic rings and x slots (they
+// have 16 B, s_last; launch_small / launch_run_kernel check it against their attribute).
+constexpr int64_t SMALL_STATIC_SMEM_MAX = 64;
 // The rows the small-M kernels take within the device's opt-in shared memory per block
 // (w4a16_small_m_fit: 64 on H100, 32 on 99-KB devices).
-int64_t small_m_max_here() { return w4a16_small_m_fit(smem_optin_here(), W4A16_SM80_SMALL_M_MAX); }
+int64_t small_m_max_here() {
+    return w4a16_small_m_fit(smem_optin_here() - SMALL_STATIC_SMEM_MAX, W4A16_SM80_SMALL_M_MAX);
+}
+
+// The dynamic shared memory a small-M instance asks for as its maximum: what m = 64 needs, within
+// the device (opt-in less the instance's static bytes; at least what small_m_max_here() rows need).
+int small_dynamic_max(const void* kern) {
+    const int64_t cap = dynamic_smem_cap(kern);
+    TETRA_CHECK(cap >= smem_optin_here() - SMALL_STATIC_SMEM_MAX,
+                "matmul_nvfp4_w4a16_sm80: the kernel has %lld B of static shared memory (at most %lld planned for)",
+                (long long)(smem_optin_here() - cap), (long long)SMALL_STATIC_SMEM_MAX);
+    return int(std::min<int64_t>(X_SMEM_MAX, cap));
+}
 
 // ---- packed layout: w4a16_layout.h (the packer: w4a16_layout.cpp) ------------------------------
 
@@ -395,23 +410,24 @@ small_plan plan_small(int64_t m, const w4a16_sm80_dims& d, int sm_count, int gps
 // many-CTA grids) landed two CTAs on an SM, and that SM's doubled work set the kernel's time:
 // Llama-3.1-8B's down after the sweep gate/up, 23.4 → 17.0 µs in the decode step (docs/perf.md,
 // session 19). The padding is never read.
-size_t launch_smem(const small_plan& pl, int sm_count) {
+size_t launch_smem(const small_plan& pl, int sm_count, int dyn_max) {
     if (int64_t(pl.row_blocks) * pl.splits > sm_count) return pl.smem;
     const size_t half_sm = size_t(smem_per_sm_here() / 2);
-    return std::max(pl.smem, std::min(half_sm, size_t(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
+    return std::max(pl.smem, std::min(half_sm, size_t(dyn_max)));
 }
 
 template <int NT, bool SILU = false>
 void launch_small(const small_params& p, const small_plan& pl, int sm_count, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_small_kernel<NT, SILU>;
-    static bool attr_set = false;  // per template instance; the attribute is per-function
-    if (!attr_set) {  // what the instance may need, within the device's limit (small_m_max_here)
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
-        attr_set = true;
+    static int dyn_max = 0;  // per template instance; the attribute is per-function
+    if (!dyn_max) {  // what the instance may need, within the device's limit (small_m_max_here)
+        dyn_max = small_dynamic_max(reinterpret_cast<const void*>(kern));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn_max));
     }
-    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), launch_smem(pl, sm_count), s,
-              pdl, p);
+    const size_t smem = launch_smem(pl, sm_count, dyn_max);
+    TETRA_CHECK(smem <= size_t(dyn_max), "matmul_nvfp4_w4a16_sm80: m = %d needs %zu B of shared memory per CTA, the "
+                "device allows %d", p.m, smem, dyn_max);
+    launch_on(kern, dim3(unsigned(pl.row_blocks), unsigned(pl.splits)), dim3(THREADS), smem, s, pdl, p);
 }
 
 // ---- balanced-run kernel (version 2: m ≤ 16, picked per shape by small_version) ---------------
@@ -629,12 +645,13 @@ int small_version(const w4a16_sm80_dims& d, int sm_count, const w4a16_small_conf
 template <int NT>
 void launch_run_kernel(const small_params& p, int64_t grid, size_t smem, cudaStream_t s, bool pdl) {
     auto kern = matmul_nvfp4_w4a16_run_kernel<NT>;
-    static bool attr_set = false;  // per template instance; the attribute is per-function
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(std::min<int64_t>(X_SMEM_MAX, smem_optin_here()))));
-        attr_set = true;
+    static int dyn_max = 0;  // per template instance; the attribute is per-function
+    if (!dyn_max) {
+        dyn_max = small_dynamic_max(reinterpret_cast<const void*>(kern));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn_max));
     }
+    TETRA_CHECK(smem <= size_t(dyn_max), "matmul_nvfp4_w4a16_sm80: m = %d needs %zu B of shared memory per CTA, the "
+                "device allows %d", p.m, smem, dyn_max);
     launch_on(kern, dim3(unsigned(grid)), dim3(THREADS), smem, s, pdl, p);
 }
 
@@ -650,6 +667,12 @@ void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, 
 int64_t smem_optin_here() {
     static std::atomic<int> cache[64];
     return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
+}
+
+int64_t dynamic_smem_cap(const void* kern) {
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
+    return smem_optin_here() - int64_t(fa.sharedSizeBytes);
 }
 
 int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count) {

@@ -275,10 +275,11 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
     auto kern = sweep_kernel<GS, MATH, XD, SILU, NB>;
     static bool attr_set = false;
     if (!attr_set) {
-        cudaFuncAttributes fa{};
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_optin_here()) - int(fa.sharedSizeBytes)));
+        const int64_t cap = dynamic_smem_cap(reinterpret_cast<const void*>(kern));
+        TETRA_CHECK(smem_optin_here() - cap <= W4A16_SWEEP_STATIC_SMEM_MAX,
+                    "matmul_nvfp4_w4a16_sweep: %lld B of static shared memory (at most %lld planned for)",
+                    (long long)(smem_optin_here() - cap), (long long)W4A16_SWEEP_STATIC_SMEM_MAX);
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cap)));
         attr_set = true;
     }
     launch_on(kern, dim3(unsigned(p.n_tb * p.n_gr)), dim3(unsigned(32 * p.T * p.S)), smem, s, pdl, p);
@@ -302,7 +303,7 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
                                      const w4a16_sm80_workspace& ws, cudaStream_t s, const w4a16_sweep_config& cfg) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
     const w4a16_sweep_plan pl = w4a16_sweep_plan_of(w.n, w.k, m, cfg);
-    const std::string why = w4a16_sweep_why_not(pl, m, smem_optin_here());
+    const std::string why = w4a16_sweep_why_not(pl, m, smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX);
     TETRA_CHECK(why.empty(), "matmul_nvfp4_w4a16_sweep: weight [%lld, %lld]: %s", (long long)w.n, (long long)w.k,
                 why.c_str());
     TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff && cfg.no_math == 0),

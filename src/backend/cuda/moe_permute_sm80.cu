@@ -162,10 +162,20 @@ __global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __r
 
 }  // namespace
 
-// Ids staged in shared memory while offsets + ids fit the default 48 KB.
-constexpr int64_t k_permute_smem = 48 * 1024;
+// Ids staged in shared memory while offsets + ids fit the default 48 KB less the kernels' static
+// __shared__ bytes (warp_sums: 80 B; CUDA counts both against the 48 KB: with the whole 48 KB as the
+// bound, 1518–1520 tokens of a 128-expert top-8 model asked for 49088–49152 B and the launch failed).
+constexpr int64_t k_permute_static_max = 256;
+constexpr int64_t k_permute_smem = 48 * 1024 - k_permute_static_max;
 
 static void moe_permute_launch(backend& be, const moe_permute_args& a) {
+    static const int64_t static_bytes = [] {
+        cudaFuncAttributes fa{};
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, moe_permute_kernel));
+        return int64_t(fa.sharedSizeBytes);
+    }();
+    TETRA_CHECK(static_bytes <= k_permute_static_max, "moe_permute_sm80: %lld B of static shared memory (at most %lld "
+                "planned for)", (long long)static_bytes, (long long)k_permute_static_max);
     const int64_t n = a.n_tokens * a.k;
     const bool staged = (a.n_expert + n) * int64_t(sizeof(int32_t)) <= k_permute_smem;
     const size_t smem = size_t(a.n_expert + (staged ? n : 0)) * sizeof(int32_t);

@@ -106,6 +106,9 @@ constexpr int64_t W4A16_SWEEP_K_GROUPS_MAX = 8;  // 512-k groups of the default 
 constexpr int W4A16_SWEEP_MAX_WARPS = 8;
 constexpr int W4A16_SWEEP_UNIT_U4 = w4a16::GROUP_CHUNKS * 32 + 32;  // one (tile, group): 8 chunks of codes, its scales
 constexpr int W4A16_SWEEP_X_PAD = 8;  // bf16 per staged x row: staggers rows across banks
+// The kernel's static __shared__ bytes (s_last: 16), which count against the device's limit too: the
+// registry passes the opt-in limit less this as smem_limit.
+constexpr int64_t W4A16_SWEEP_STATIC_SMEM_MAX = 64;
 
 // Shared memory of a CTA (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD]
 // bf16 (m = 0 when x is read through L1), then [warps][16 rows][8·NB m] f32 warp sums (NB column tiles

@@ -224,17 +224,21 @@ TEST(moe_ops_gpu, permute_equals_cpu) {
             EXPECT_TRUE(ok[0] && ok[1] && ok[2] && ok[3]) << "guard bytes overwritten: " << vars;
             ++n_cases;
         }
-    // A long batch (prefill-sized): 2000 tokens × 8 of 128 experts.
-    tensor ids = i32_2d(random_assignment(r, 2000, 128, 8), 2000, 8);
-    tensor cc = tensor::alloc(dtype::I32, {128}), co = tensor::alloc(dtype::I32, {129});
-    tensor cs = tensor::alloc(dtype::I32, {16000}), cd = tensor::alloc(dtype::I32, {2000, 8});
-    moe_permute(cpu_be(), ids, 128, cc, co, cs, cd);
-    tensor gc = gpu_be().alloc(dtype::I32, {128}), go = gpu_be().alloc(dtype::I32, {129});
-    tensor gs = gpu_be().alloc(dtype::I32, {16000}), gd = gpu_be().alloc(dtype::I32, {2000, 8});
-    moe_permute(gpu_be(), to_gpu(ids), 128, gc, go, gs, gd);
-    EXPECT_EQ(to_i32(to_host(go)), to_i32(co));
-    EXPECT_EQ(to_i32(to_host(gs)), to_i32(cs));
-    EXPECT_EQ(to_i32(to_host(gd)), to_i32(cd));
+    // Long batches (prefill-sized) × 8 of 128 experts, around where the ids stop being staged in
+    // shared memory: (128 + 8·T)·4 B against 48 KB less the kernel's 80 static bytes — T = 1517 is
+    // the last staged; 1518–1520 used to ask for 49088–49152 B and fail to launch.
+    for (int64_t nt : {1517, 1518, 1520, 1521, 2000}) {
+        tensor ids = i32_2d(random_assignment(r, nt, 128, 8), nt, 8);
+        tensor cc = tensor::alloc(dtype::I32, {128}), co = tensor::alloc(dtype::I32, {129});
+        tensor cs = tensor::alloc(dtype::I32, {nt * 8}), cd = tensor::alloc(dtype::I32, {nt, 8});
+        moe_permute(cpu_be(), ids, 128, cc, co, cs, cd);
+        tensor gc = gpu_be().alloc(dtype::I32, {128}), go = gpu_be().alloc(dtype::I32, {129});
+        tensor gs = gpu_be().alloc(dtype::I32, {nt * 8}), gd = gpu_be().alloc(dtype::I32, {nt, 8});
+        moe_permute(gpu_be(), to_gpu(ids), 128, gc, go, gs, gd);
+        EXPECT_EQ(to_i32(to_host(go)), to_i32(co)) << nt << " tokens";
+        EXPECT_EQ(to_i32(to_host(gs)), to_i32(cs)) << nt << " tokens";
+        EXPECT_EQ(to_i32(to_host(gd)), to_i32(cd)) << nt << " tokens";
+    }
     EXPECT_EQ(n_cases, 20);
     // More experts than threads (each thread owns a range of experts; the scan crosses warps).
     int n_wide = 0;
