@@ -6,10 +6,11 @@
 // scale, mma.sync m16n8k16, f32 sums). The hardware block scheduler replaces a CTA as soon as it
 // ends, so the resident CTAs of an SM are at different phases (copying, computing) and the weight
 // streams with far more bytes in flight than a one-wave ring (docs/perf.md, session 18).
-// Warps: T tiles × S warps per tile, each warp GS = G / S groups of its tile. A tile's S warp sums
-// are added in warp order in shared memory; where G < k_groups the CTA writes f32 partials and the
-// last CTA of its tile block (integer counter) adds the group ranges in order — deterministic, and
-// the plan depends on the weight shape alone, so the rows of a batch equal the m = 1 result bitwise.
+// Warps: T tiles × S warps per tile, each warp GS = G / S groups of its tile. Each group's sums go to
+// shared memory and a tile's G group sums are added in group order, so the bits depend on G alone:
+// T and S may follow m (more warps per tile where x is read through L1) and the rows of a batch still
+// equal the m = 1 result bitwise. Where G < k_groups (bench / tests only) the CTA writes f32 partials
+// and the last CTA of its tile block (integer counter) adds the group ranges in order.
 // matmul_silu (SILU instances, stacked [gate; up] weight, k whole in the CTA): T = 2, CTA b holds gate
 // tile b and up tile b + n_ff / 16, and writes silu(gate) · up from the two tiles' sums, each rounded
 // to bf16 first: the bits of this kernel's plain matmul followed by silu_mul_gate_up.
@@ -112,15 +113,16 @@ __device__ __forceinline__ void chunk_pair_x(const uint4* xr, int i, int k0, int
     }
 }
 
-// Row r (0..15) and x row c of tile ti's sums: its S warp sums (shared memory `red`, [warp][16][cw],
-// cw = 8·NB) added in warp order.
-__device__ __forceinline__ float tile_sum(const float* red, int S, int ti, int r, int c, int cw) {
+// Row r (0..15) and x row c of tile ti's sums: its G group sums (shared memory `red`, [warp][GS][16][cw]
+// = [tile][group][16][cw], cw = 8·NB) added in group order. The order depends on G alone, so every
+// plan that holds the same groups in a CTA — any T, any S × GS — gives the same bits.
+__device__ __forceinline__ float tile_sum(const float* red, int G, int ti, int r, int c, int cw) {
     float sum = 0.0f;
-    for (int s2 = 0; s2 < S; ++s2) sum += red[((ti * S + s2) * 16 + r) * cw + c];
+    for (int q = 0; q < G; ++q) sum += red[((ti * G + q) * 16 + r) * cw + c];
     return sum;
 }
 
-// The CTA's sums out (red: its warp sums, [warp][16][cw]): silu(gate) · up (SILU), the rows
+// The CTA's sums out (red: its group sums, [tile][group][16][cw]): silu(gate) · up (SILU), the rows
 // (all of k in the CTA), or f32 partials of its group range, the last CTA of the tile block adding
 // the ranges in order (integer counter, left zero).
 template <bool SILU>
@@ -128,10 +130,10 @@ __device__ __forceinline__ void sweep_write(const sweep_params& p, const float* 
     __shared__ int s_last;
     const int rows = p.T * 16, n_pad = p.n_tiles * 16;
     const int row0 = tb * rows;
-    if (SILU) {  // n_gr == 1: the gate tile's S warp sums (ti 0), then the up tile's (ti 1), in warp order
+    if (SILU) {  // n_gr == 1: the gate tile's group sums (ti 0), then the up tile's (ti 1), in group order
         for (int v = threadIdx.x; v < 16 * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, n = tb * 16 + r;
-            const float sg = tile_sum(red, p.S, 0, r, c, cw), su = tile_sum(red, p.S, 1, r, c, cw);
+            const float sg = tile_sum(red, p.G, 0, r, c, cw), su = tile_sum(red, p.G, 1, r, c, cw);
             if (n < p.n_ff)
                 p.out[size_t(c) * p.n_ff + n] =
                     silu_times(__float2bfloat16_rn(sg * p.alpha), __float2bfloat16_rn(su * p.alpha));
@@ -141,14 +143,14 @@ __device__ __forceinline__ void sweep_write(const sweep_params& p, const float* 
     if (p.n_gr == 1) {
         for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
             const int r = v / p.m, c = v % p.m, n = row0 + r;
-            const float sum = tile_sum(red, p.S, r / 16, r % 16, c, cw);
+            const float sum = tile_sum(red, p.G, r / 16, r % 16, c, cw);
             if (n < p.n) p.out[size_t(c) * p.n + n] = __float2bfloat16_rn(sum * p.alpha);
         }
         return;
     }
     for (int v = threadIdx.x; v < rows * p.m; v += blockDim.x) {
         const int r = v / p.m, c = v % p.m, n = row0 + r;
-        const float sum = tile_sum(red, p.S, r / 16, r % 16, c, cw);
+        const float sum = tile_sum(red, p.G, r / 16, r % 16, c, cw);
         if (n < n_pad) p.partial[(size_t(gr) * n_pad + n) * p.m + c] = sum;
     }
     __threadfence();
@@ -217,11 +219,13 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
         __syncthreads();
     }
 
-    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // NB = 2: x rows 8 .. 15
-    uint32_t sink = 0;
+    // Each unit's (group's) sums → shared memory, [warp][GS][16][CW]: the tile's groups in order.
+    float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
+        float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // NB = 2: x rows 8 .. 15
+        uint32_t sink = 0;
         if (u == 0) cp_async_wait<GS - 1>();
         else if (u == 1) cp_async_wait<(GS > 1 ? GS - 2 : 0)>();
         else if (u == 2) cp_async_wait<(GS > 2 ? GS - 3 : 0)>();
@@ -254,17 +258,13 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p
                 sink ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ two;
             }
         }
-    }
-    if (!MATH) acc[0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
+        if (!MATH) acc[0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
+        float* ru = red + (warp * GS + u) * 16 * CW;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][e] += acc[1][e], acc2[0][e] += acc2[1][e];
-
-    // Warp sums → shared memory; a tile's S warps added in warp order.
-    float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        red[(warp * 16 + g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[0][e];
-        if (NB == 2) red[(warp * 16 + g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[0][e];
+        for (int e = 0; e < 4; ++e) {
+            ru[(g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[0][e] + acc[1][e];
+            if (NB == 2) ru[(g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[0][e] + acc2[1][e];
+        }
     }
     __syncthreads();
     sweep_write<SILU>(p, red, CW, tb, gr);

@@ -91,15 +91,19 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
     if (chosen) {
         pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
     } else {
-        // The default (bench_matmul --sweep on an H100, docs/perf.md session 18): all of k in one CTA
-        // (the plans that split k over CTAs measured slower on every shape); two groups per warp
-        // where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
-        // rows staged per CTA serve two tiles). Only T and the x path depend on m (and on the
-        // device's shared memory), never the arithmetic: a row's sums are the same in every plan.
+        // The default (bench_matmul --sweep on an H100, docs/perf.md sessions 18 and 23): all of k in
+        // one CTA (the plans that split k over CTAs measured slower on every shape); two groups per
+        // warp where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
+        // rows staged per CTA serve two tiles). Where each lane reads 9-16 rows of x through L1, one
+        // group per warp on one tile per CTA (twice the CTAs, each warp's chain of x loads and MMAs
+        // half as long): 4-22 % faster alone, 0.6-1.9 % in the step at batch 16; at m = 5-8 the step
+        // did not gain (session 23). T and S depend on m, the arithmetic only on G (the kernel adds
+        // a tile's group sums in group order), so a row's sums are the same in every plan.
         pl.G = int(d.k_groups);
         const int gs = pl.G % 2 == 0 ? 2 : 1;
         pl.S = pl.G / gs;
         pl.T = m <= 1 || 2 * pl.S > W4A16_SWEEP_MAX_WARPS ? 1 : 2;
+        if (m > 8 && cfg.silu_n_ff == 0 && pl.G <= W4A16_SWEEP_MAX_WARPS) pl.S = pl.G, pl.T = 1;
         if (cfg.silu_n_ff > 0) pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;  // a gate tile and its up tile
     }
     // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024

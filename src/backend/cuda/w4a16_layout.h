@@ -111,14 +111,14 @@ constexpr int W4A16_SWEEP_X_PAD = 8;  // bf16 per staged x row: staggers rows ac
 constexpr int64_t W4A16_SWEEP_STATIC_SMEM_MAX = 64;
 
 // Shared memory of a CTA (uint4 units): [warps][GS units][UNIT_U4] weights, then x [m][G·512 + X_PAD]
-// bf16 (m = 0 when x is read through L1), then [warps][16 rows][8·NB m] f32 warp sums (NB column tiles
-// of 8 x rows: 1 for m ≤ 8, 2 above).
+// bf16 (m = 0 when x is read through L1), then [warps][GS units][16 rows][8·NB m] f32 group sums (NB
+// column tiles of 8 x rows: 1 for m ≤ 8, 2 above).
 TETRA_W4A16_HD constexpr size_t w4a16_sweep_x_off(int warps, int gs) { return size_t(warps) * gs * W4A16_SWEEP_UNIT_U4; }
 TETRA_W4A16_HD constexpr size_t w4a16_sweep_red_off(int warps, int gs, int m, int G) {
     return w4a16_sweep_x_off(warps, gs) + (size_t(m) * (G * w4a16::GROUP_K + W4A16_SWEEP_X_PAD) * 2 + 15) / 16;
 }
 TETRA_W4A16_HD constexpr size_t w4a16_sweep_smem(int warps, int gs, int m, int G, int nb) {
-    return (w4a16_sweep_red_off(warps, gs, m, G) + size_t(warps) * 16 * 8 * nb / 4) * 16;
+    return (w4a16_sweep_red_off(warps, gs, m, G) + size_t(warps) * gs * 16 * 8 * nb / 4) * 16;
 }
 
 struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan

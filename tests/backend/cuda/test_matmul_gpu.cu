@@ -569,6 +569,36 @@ TEST(matmul_w4a16_sweep, plan_for_99kb_devices_equals_default_bitwise) {
     }
 }
 
+// The bits depend on G (the groups a CTA holds) alone: every plan with all of k in the CTA — any T
+// tiles, any S warps × GS groups per warp, x staged or through L1 — gives the default plan's output,
+// so the plan may follow m and a batch's rows still equal each row alone.
+TEST(matmul_w4a16_sweep, every_plan_of_whole_k_equals_default_bitwise) {
+    for (int64_t k : {4096, 2048}) {
+        host_weight hw = random_weight(1040, k, 914);  // 65 tiles: a partial last CTA for T = 2, 4
+        dev_weight dw(hw, 1);
+        std::vector<uint16_t> x = random_bf16(16 * hw.k, 915);
+        const int G = int(k / 512);
+        int n_plans = 0;
+        for (int64_t m : {1, 3, 8, 12, 16}) {
+            std::vector<uint16_t> xm(x.begin(), x.begin() + m * hw.k);
+            const std::vector<uint16_t> ref = run_sweep(dw, xm, m);
+            for (int T : {1, 2, 4})
+                for (int GS : {1, 2, 4})
+                    for (int xd : {0, 1}) {
+                        cuda::w4a16_sweep_config c;
+                        c.T = T, c.G = G, c.S = G / GS, c.x_direct = xd;
+                        const cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(hw.n, hw.k, m, c);
+                        const int64_t limit = cuda::smem_optin_here() - cuda::W4A16_SWEEP_STATIC_SMEM_MAX;
+                        if (G % GS != 0 || !cuda::w4a16_sweep_why_not(pl, m, limit).empty()) continue;
+                        EXPECT_EQ(run_sweep(dw, xm, m, c), ref)
+                            << "k=" << k << " m=" << m << " T=" << T << " S=" << G / GS << " x direct=" << xd;
+                        ++n_plans;
+                    }
+        }
+        EXPECT_GE(n_plans, 20) << "k=" << k;  // the loop ran the plans it was meant to
+    }
+}
+
 // Plans and row counts the kernel cannot run are refused with the reason, not run wrongly.
 TEST(matmul_w4a16_sweep, refuses_what_it_cannot_run) {
     host_weight hw = random_weight(32, 1024, 909);
