@@ -139,27 +139,30 @@ TEST(w4a16_layout, small_m_rows_that_fit_the_device) {
 }
 
 // The sweep decode kernel's plan on a device with 99 KB of shared memory per block (sm_86 / 89 / 120 /
-// 121: 101376 B opt-in). Before the limit was passed to the plan, qkv and o_proj of k = 4096 at m = 3
-// and 4 planned two tiles with x staged, more than those devices allow, and the launch failed. By
-// hand for qkv 6144 × 4096 (8 groups, 2 per warp: S = 4; T = 2 from m = 2): weights 8 warps × 2 units
-// × 4608 B = 73728, group sums 8 warps × 2 units × 16 × 8 × 4 B = 8192, x staged 3 rows × (4096 + 8) × 2 B
-// = 24624.
+// 121: 101376 B opt-in). Before the limit was passed to the plan, plans that stage x for k = 4096 at
+// m = 3 and 4 asked for more than those devices allow, and the launch failed. By hand for matmul_silu
+// on a stacked 8192 × 4096 weight (n_ff = 4096: 256 gate/up tile pairs, x staged to m = 4; 8 groups,
+// 2 per warp: S = 4, T = 2): weights 8 warps × 2 units × 4608 B = 73728, group sums 8 warps × 2 units
+// × 16 × 8 × 4 B = 8192, x staged 3 rows × (4096 + 8) × 2 B = 24624.
 TEST(w4a16_sweep_plan, staged_x_past_the_device_limit_reads_x_through_l1) {
     const int64_t kSmem99 = 101376 - W4A16_SWEEP_STATIC_SMEM_MAX;  // what the registry passes there
-    w4a16_sweep_plan free_plan = w4a16_sweep_plan_of(6144, 4096, 3);
+    w4a16_sweep_config silu;
+    silu.silu_n_ff = 4096;
+    w4a16_sweep_plan free_plan = w4a16_sweep_plan_of(8192, 4096, 3, silu);
     EXPECT_EQ(free_plan.T, 2);
     EXPECT_FALSE(free_plan.x_direct);
     EXPECT_EQ(free_plan.smem, size_t(73728 + 24624 + 8192));
-    w4a16_sweep_config cfg;
+    w4a16_sweep_config cfg = silu;
     cfg.smem_limit = kSmem99;
-    w4a16_sweep_plan pl = w4a16_sweep_plan_of(6144, 4096, 3, cfg);
+    w4a16_sweep_plan pl = w4a16_sweep_plan_of(8192, 4096, 3, cfg);
     EXPECT_EQ(pl.T, 2);
     EXPECT_TRUE(pl.x_direct);
     EXPECT_EQ(pl.smem, size_t(73728 + 8192));
     EXPECT_EQ(w4a16_sweep_why_not(pl, 3, kSmem99), "");
     // the caller's own plan and x path are kept, and refused with the sizes (m = 4: x 4 × 4104 × 2 = 32832)
-    cfg.T = 2, cfg.G = 8, cfg.S = 4, cfg.x_direct = 0;
-    pl = w4a16_sweep_plan_of(6144, 4096, 4, cfg);
+    w4a16_sweep_config own;
+    own.T = 2, own.G = 8, own.S = 4, own.x_direct = 0, own.smem_limit = kSmem99;
+    pl = w4a16_sweep_plan_of(6144, 4096, 4, own);
     EXPECT_EQ(pl.T, 2);
     EXPECT_FALSE(pl.x_direct);
     EXPECT_EQ(pl.smem, size_t(73728 + 32832 + 8192));
@@ -169,27 +172,34 @@ TEST(w4a16_sweep_plan, staged_x_past_the_device_limit_reads_x_through_l1) {
     EXPECT_EQ(w4a16_sweep_why_not(pl, 4), "");  // no limit given: only the plan's own rules
 }
 
-// The default plan's warps (bench_matmul --sweep, docs/perf.md session 23): two groups per warp and
-// two tiles per CTA from m = 2, one group per warp on one tile from m = 9 (x through L1), where that
-// was 4-22 % faster; the G groups of a CTA — all of k, the arithmetic — never change with m.
-TEST(w4a16_sweep_plan, one_group_per_warp_from_m_9) {
+// The default plans (docs/perf.md session 23): a plain matmul puts one group per warp on one tile per
+// CTA and reads x through L1 at every m; matmul_silu keeps its gate / up tile pair (T = 2), two groups
+// per warp where k has an even number of groups, and stages x to m = 4 (m = 2 on ≥ 1024 tiles). The
+// G groups of a CTA — all of k, the arithmetic — never change with m.
+TEST(w4a16_sweep_plan, default_plans_by_m) {
     struct shape { int64_t n, k; int G; };
-    for (const shape& sh : {shape{6144, 4096, 8}, shape{4096, 4096, 8}, shape{5120, 2048, 4}, shape{1000, 1552, 4}}) {
+    for (const shape& sh : {shape{6144, 4096, 8}, shape{4096, 4096, 8}, shape{5120, 2048, 4}, shape{1000, 1552, 4},
+                            shape{3072, 3584, 7}}) {
         for (int64_t m = 1; m <= W4A16_SWEEP_M_MAX; ++m) {
             const w4a16_sweep_plan pl = w4a16_sweep_plan_of(sh.n, sh.k, m);
             const std::string what = std::to_string(sh.n) + "x" + std::to_string(sh.k) + " m=" + std::to_string(m);
             EXPECT_EQ(pl.G, sh.G) << what;
-            EXPECT_EQ(pl.S, m > 8 ? sh.G : sh.G / 2) << what;
-            EXPECT_EQ(pl.T, m == 1 || m > 8 ? 1 : 2) << what;
-            EXPECT_EQ(pl.x_direct, m >= 5) << what;
+            EXPECT_EQ(pl.S, sh.G) << what;
+            EXPECT_EQ(pl.T, 1) << what;
+            EXPECT_TRUE(pl.x_direct) << what;
             EXPECT_EQ(w4a16_sweep_why_not(pl, m), "") << what;
         }
     }
-    // matmul_silu keeps its gate / up tile pair (T = 2) and two groups per warp
-    w4a16_sweep_config silu;
-    silu.silu_n_ff = 14336;
-    const w4a16_sweep_plan pl = w4a16_sweep_plan_of(28672, 4096, 8, silu);
-    EXPECT_TRUE(pl.T == 2 && pl.S == 4 && pl.G == 8);
+    for (int64_t n_ff : {int64_t(4096), int64_t(14336)})  // 512 and 1792 tiles of the stacked weight
+        for (int64_t m = 1; m <= 8; ++m) {
+            w4a16_sweep_config silu;
+            silu.silu_n_ff = n_ff;
+            const w4a16_sweep_plan pl = w4a16_sweep_plan_of(2 * n_ff, 4096, m, silu);
+            const std::string what = "silu n_ff=" + std::to_string(n_ff) + " m=" + std::to_string(m);
+            EXPECT_TRUE(pl.T == 2 && pl.S == 4 && pl.G == 8) << what;
+            EXPECT_EQ(pl.x_direct, m >= 5 || (m >= 3 && n_ff == 14336)) << what;
+            EXPECT_EQ(w4a16_sweep_why_not(pl, m), "") << what;
+        }
 }
 
 // Every default plan the registry can ask for (k ≤ 4096; m > 8 only for n ≤ 8192; plain and
@@ -222,12 +232,10 @@ TEST(w4a16_sweep_plan, default_plans_fit_99kb_and_are_unchanged_on_h100) {
                 EXPECT_TRUE(ph.T == p0.T && ph.x_direct == p0.x_direct && ph.smem == p0.smem) << what;
                 if (p99.x_direct != p0.x_direct || p99.T != p0.T) limited.push_back(what);
             }
-    // x staged at m = 3 and 4 where k = 4096 and the grid has < 1024 tiles (n < 16384), two tiles
-    // per CTA: 73728 + 4096 + m · 8208 > 101376 B; the others read x through L1 there already
-    const std::vector<std::string> expected = {
-        "6144x4096 m=3", "6144x4096 m=3 silu", "6144x4096 m=4", "6144x4096 m=4 silu",
-        "4096x4096 m=3", "4096x4096 m=3 silu", "4096x4096 m=4", "4096x4096 m=4 silu",
-        "2048x4096 m=3", "2048x4096 m=3 silu", "2048x4096 m=4", "2048x4096 m=4 silu"};
+    // matmul_silu stages x at m = 3 and 4 where k = 4096 and the stacked weight has < 1024 tiles (n <
+    // 16384), two tiles per CTA: 73728 + 8192 + m · 8208 > 101312 B; the plain plans read x through L1
+    const std::vector<std::string> expected = {"6144x4096 m=3 silu", "6144x4096 m=4 silu", "4096x4096 m=3 silu",
+                                               "4096x4096 m=4 silu", "2048x4096 m=3 silu", "2048x4096 m=4 silu"};
     EXPECT_EQ(limited, expected);
 }
 

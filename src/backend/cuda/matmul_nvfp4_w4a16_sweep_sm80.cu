@@ -32,6 +32,14 @@ namespace {
 using namespace w4a16;
 
 constexpr int SW_MAX_WARPS = W4A16_SWEEP_MAX_WARPS;
+// Launch bounds: 8 warps, at least 4 CTAs per SM, so at most 64 registers. Left free, the instances
+// that read x through L1 hoist its loads and take 85-132 registers: 2 CTAs of 8 warps per SM, and
+// this latency-bound loop then ran up to 25 % slower at m = 2-8 (bench_matmul --sweep under five
+// bounds in one call, docs/perf.md session 23; the 4-12 B of spills at 64 cost less than the lost
+// CTAs). Under (256, 4) one group per warp with x through L1 is the fastest plan, or within 3 % of
+// it, at every m on the 8B and 30B shapes but one (8B qkv at m = 1: 8 % behind two tiles per CTA with
+// x staged, neutral in the step): the default plan for a plain matmul.
+constexpr int SW_MIN_CTAS = 4;
 constexpr int UNIT_U4 = W4A16_SWEEP_UNIT_U4;  // one (tile, group): 8 chunks of codes, then its scales
 constexpr int X_PAD = W4A16_SWEEP_X_PAD;      // bf16 per staged x row: staggers rows across banks
 
@@ -182,7 +190,7 @@ __device__ __forceinline__ void sweep_write(const sweep_params& p, const float* 
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
 // instead of staged in shared memory.
 template <int GS, bool MATH, bool XD, bool SILU, int NB>
-__global__ void __launch_bounds__(SW_MAX_WARPS * 32) sweep_kernel(sweep_params p) {
+__global__ void __launch_bounds__(SW_MAX_WARPS * 32, SW_MIN_CTAS) sweep_kernel(sweep_params p) {
     static_assert(NB == 1 || (MATH && XD), "x rows 8 .. 15 are read through L1");
     constexpr int CW = 8 * NB;  // columns of a warp's sums
     extern __shared__ uint4 smem[];

@@ -91,24 +91,32 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
     if (chosen) {
         pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
     } else {
-        // The default (bench_matmul --sweep on an H100, docs/perf.md sessions 18 and 23): all of k in
-        // one CTA (the plans that split k over CTAs measured slower on every shape); two groups per
-        // warp where k has an even number of groups; one tile per CTA at m = 1, two from m = 2 (the x
-        // rows staged per CTA serve two tiles). Where each lane reads 9-16 rows of x through L1, one
-        // group per warp on one tile per CTA (twice the CTAs, each warp's chain of x loads and MMAs
-        // half as long): 4-22 % faster alone, 0.6-1.9 % in the step at batch 16; at m = 5-8 the step
-        // did not gain (session 23). T and S depend on m, the arithmetic only on G (the kernel adds
-        // a tile's group sums in group order), so a row's sums are the same in every plan.
+        // The default (bench_matmul --sweep and tetra bench on an H100, docs/perf.md sessions 18 and
+        // 23): all of k in one CTA (the plans that split k over CTAs measured slower on every shape).
+        // A plain matmul: one group per warp on one tile per CTA, x read through L1, at every m (the
+        // fastest plan or within 3 % of it at m = 1-16 on the 8B and 30B shapes under the kernel's
+        // launch bounds, but 8B qkv at m = 1, 8 % behind; 8-layer 8B batch 4 -2.4 %, 12-layer 30B
+        // batch 1 / 4 / 8 -1.6 / -3.0 / -2.0 %, the other batches within ±1 %).
+        // matmul_silu: a gate tile and its up tile per CTA (T = 2), two groups per warp where k has an
+        // even number of groups, x staged per CTA for m <= 4 (or m <= 2 on a grid of >= 1024 tiles).
+        // T, S and the x path depend on m, the arithmetic only on G (the kernel adds a tile's group
+        // sums in group order), so a row's sums are the same in every plan.
         pl.G = int(d.k_groups);
-        const int gs = pl.G % 2 == 0 ? 2 : 1;
-        pl.S = pl.G / gs;
-        pl.T = m <= 1 || 2 * pl.S > W4A16_SWEEP_MAX_WARPS ? 1 : 2;
-        if (m > 8 && cfg.silu_n_ff == 0 && pl.G <= W4A16_SWEEP_MAX_WARPS) pl.S = pl.G, pl.T = 1;
-        if (cfg.silu_n_ff > 0) pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;  // a gate tile and its up tile
+        if (cfg.silu_n_ff > 0) {
+            pl.S = pl.G % 2 == 0 ? pl.G / 2 : pl.G;
+            pl.T = 2, pl.silu_n_ff = cfg.silu_n_ff;
+        } else {
+            // (G > 8 warps, down's k: refused by why_not; the bench splits k over CTAs there)
+            pl.S = pl.G <= W4A16_SWEEP_MAX_WARPS ? pl.G : pl.G % 2 == 0 ? pl.G / 2 : pl.G;
+            pl.T = 1;
+        }
     }
-    // x staged per CTA costs m rows × all of k per CTA: from m = 5 (or m = 3 on a grid of ≥ 1024
-    // tiles) each lane reads its x from global memory through L1 instead.
-    pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0 : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
+    // x staged per CTA (matmul_silu, the caller's plans) costs m rows × all of k per CTA: from m = 5
+    // (or m = 3 on a grid of ≥ 1024 tiles) each lane reads its x from global memory through L1.
+    const bool staged_rule = pl.silu_n_ff > 0 || chosen;
+    pl.x_direct = cfg.x_direct >= 0 ? cfg.x_direct != 0
+                  : !staged_rule    ? true
+                                    : (m >= 5 || (m >= 3 && d.n_tiles >= 1024));
     const int64_t rows = std::max<int64_t>(m, 1);
     auto size = [&] {
         pl.n_tb = pl.silu_n_ff > 0 ? int(pl.silu_n_ff / 16) : int((d.n_tiles + pl.T - 1) / pl.T);
@@ -117,12 +125,11 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
         pl.smem = w4a16_sweep_smem(pl.T * pl.S, gs, pl.x_direct ? 0 : int(rows), pl.G, m > 8 ? 2 : 1);
     };
     size();
-    // A device with less shared memory per block than the plan (99 KB: sm_86 / 89 / 120 / 121): x
-    // through L1 where the caller left the x path to the plan, then one tile per CTA.
+    // A device with less shared memory per block than the plan (99 KB: sm_86 / 89 / 120 / 121; the
+    // default matmul_silu plan for k = 4096 at m = 3-4 stages 106-115 KB): x through L1 where the
+    // caller left the x path to the plan.
     if (cfg.smem_limit > 0 && int64_t(pl.smem) > cfg.smem_limit && !pl.x_direct && cfg.x_direct < 0)
         pl.x_direct = true, size();
-    if (cfg.smem_limit > 0 && int64_t(pl.smem) > cfg.smem_limit && !chosen && pl.silu_n_ff == 0 && pl.T > 1)
-        pl.T = 1, size();
     pl.partial_bytes = pl.n_gr > 1 ? size_t(pl.n_gr) * size_t(d.n_tiles) * 16 * size_t(rows) * 4 : 0;
     pl.counter_count = pl.n_gr > 1 ? size_t(pl.n_tb) : 0;
     return pl;

@@ -128,9 +128,9 @@ struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the def
     int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
     int64_t silu_n_ff = 0;  // > 0: matmul_silu on a stacked [2·n_ff, k] weight (the default plan with T = 2:
                             // a gate tile and its up tile per CTA); out is [m, n_ff] = silu(gate) · up
-    // > 0: the device's opt-in shared memory per block. The default plan then reads x through L1
-    // where staging it would not fit (99 KB on sm_86 / 89 / 120 / 121: qkv and o_proj of k = 4096 at
-    // m = 3 and 4 need 100–108 KB staged), and drops to one tile per CTA if even that does not fit.
+    // > 0: the device's opt-in shared memory per block. The plan then reads x through L1 where
+    // staging it would not fit (99 KB on sm_86 / 89 / 120 / 121: matmul_silu of k = 4096 at m = 3
+    // and 4 needs 106–115 KB staged).
     int64_t smem_limit = 0;
 };
 struct w4a16_sweep_plan {

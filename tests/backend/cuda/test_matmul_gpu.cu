@@ -209,7 +209,8 @@ std::vector<uint16_t> run_sweep(const dev_weight& dw, const std::vector<uint16_t
     cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(dw.w.n, dw.w.k, m, cfg);
     cuda::w4a16_sm80_workspace ws;
     ws.partial_bytes = pl.partial_bytes, ws.counter_count = pl.counter_count;
-    return run_guarded(x, m, dw.w.n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
+    const int64_t out_n = cfg.silu_n_ff > 0 ? cfg.silu_n_ff : dw.w.n;  // matmul_silu: [m, n_ff]
+    return run_guarded(x, m, out_n, ws, [&](const void* dx, void* out, const cuda::w4a16_sm80_workspace& w) {
         cuda::matmul_nvfp4_w4a16_sweep_launch(dx, m, dw.w, out, w, 0, cfg);
     });
 }
@@ -552,20 +553,21 @@ TEST(matmul_w4a16_sweep, nan_inf_parity_and_rows_equal_m1_bitwise) {
 }
 
 // The plan a device with 99 KB of shared memory per block runs (sm_86 / 89 / 120 / 121; emulated
-// here through the plan's limit): at m = 3 and 4 on k = 4096 it reads x through L1 instead of
-// staging it, and must give the H100 plan's bits.
+// here through the plan's limit): matmul_silu on k = 4096 at m = 3 and 4 reads x through L1 instead
+// of staging it, and must give the H100 plan's bits.
 TEST(matmul_w4a16_sweep, plan_for_99kb_devices_equals_default_bitwise) {
-    host_weight hw = random_weight(2048, 4096, 912);
+    host_weight hw = random_weight(4096, 4096, 912);  // stacked [gate; up], n_ff = 2048
     dev_weight dw(hw, 1);
     std::vector<uint16_t> x = random_bf16(4 * hw.k, 913);
     for (int64_t m : {3, 4}) {
         std::vector<uint16_t> xm(x.begin(), x.begin() + m * hw.k);
-        cuda::w4a16_sweep_config small;
+        cuda::w4a16_sweep_config h100, small;
+        h100.silu_n_ff = small.silu_n_ff = hw.n / 2;
         small.smem_limit = 101376 - cuda::W4A16_SWEEP_STATIC_SMEM_MAX;
         const cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(hw.n, hw.k, m, small);
-        ASSERT_TRUE(pl.x_direct && !cuda::w4a16_sweep_plan_of(hw.n, hw.k, m).x_direct) << "m=" << m;
+        ASSERT_TRUE(pl.x_direct && !cuda::w4a16_sweep_plan_of(hw.n, hw.k, m, h100).x_direct) << "m=" << m;
         ASSERT_LE(pl.smem, size_t(small.smem_limit));
-        EXPECT_EQ(run_sweep(dw, xm, m, small), run_sweep(dw, xm, m)) << "m=" << m;
+        EXPECT_EQ(run_sweep(dw, xm, m, small), run_sweep(dw, xm, m, h100)) << "m=" << m;
     }
 }
 
