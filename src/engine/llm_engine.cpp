@@ -351,6 +351,8 @@ llm_engine::llm_engine(loaded_model& m, const engine_config& cfg)
                 "tokens needs %lld: raise the KV cache memory or lower max_model_len",
                 (long long)n_blocks, (long long)bs, double(n_blocks * block_bytes) / (1 << 20),
                 (long long)cfg_.max_model_len, (long long)need);
+    TETRA_CHECK(n_blocks <= INT32_MAX / bs, "engine: %lld KV blocks of %lld tokens exceed the int32 slot ids of the "
+                "slot mapping (%d slots at most)", (long long)n_blocks, (long long)bs, INT32_MAX);
     kv_ = std::make_unique<kv_cache>(kv_cache::create(*m.be, c, n_blocks, int(bs), lm.act_type()));
     runner_ = std::make_unique<model_runner>(lm, *m.be, *kv_);
     state_->blocks = std::make_unique<block_manager>(n_blocks, int(bs), cfg_.enable_prefix_caching);

@@ -11,6 +11,21 @@ constexpr int32_t max_n = 128;  // parallel samples per request
 
 [[noreturn]] void bad(const std::string& param, const std::string& msg) { throw api_error(400, msg, param); }
 
+// JSON nesting accepted in a request (bodies, tool-call arguments). Copying or destroying a value
+// recurses on the stack once per level: a 300-KB body of 150,000 nested arrays crashed the server
+// (session 23's audit). Requests nest a few levels; tool schemas a few dozen.
+constexpr int max_json_depth = 128;
+
+ojson parse_json_limited(const std::string& text, const std::string& what, const std::string& param) {
+    const ojson::parser_callback_t limit = [&](int depth, ojson::parse_event_t, ojson&) {
+        if (depth <= max_json_depth) return true;
+        const std::string msg = strfmt("%s nests deeper than %d levels", what.c_str(), max_json_depth);
+        if (param.empty()) throw api_error(400, msg);
+        bad(param, msg);
+    };
+    return ojson::parse(text, limit);
+}
+
 const char* json_type(const ojson& v) {
     switch (v.type()) {
     case ojson::value_t::null: return "null";
@@ -175,7 +190,10 @@ ojson normalize_message(const ojson& m, size_t i) {
                 ojson& fn = out["tool_calls"][j]["function"];
                 if (fn.contains("arguments") && fn["arguments"].is_string()) {
                     try {  // templates do `arguments | tojson`: a string would be encoded twice
-                        fn["arguments"] = ojson::parse(fn["arguments"].get<std::string>());
+                        fn["arguments"] = parse_json_limited(fn["arguments"].get<std::string>(), "'" + p + ".arguments'",
+                                                             p + ".arguments");
+                    } catch (const api_error&) {
+                        throw;
                     } catch (const std::exception&) {
                         bad(p + ".arguments", "'" + p + ".arguments' is not valid JSON");
                     }
@@ -199,12 +217,18 @@ const char* error_type_for_status(int status) {
     }
 }
 
+std::optional<bool> request_bool(const ojson& body, const char* key) { return get_bool(body, key); }
+
 ojson parse_json_body(const std::string& body) {
     ojson j;
     try {
-        j = ojson::parse(body);
+        j = parse_json_limited(body, "the request body", "");
     } catch (const nlohmann::json::parse_error& e) {
-        throw api_error(400, std::string("Invalid JSON body: ") + e.what());
+        // nlohmann's message ends with the token read so far ("last read: '...'"): a 100-MB string
+        // would come back whole, so the message is cut
+        std::string what = e.what();
+        if (what.size() > 300) what = what.substr(0, 300) + "...";
+        throw api_error(400, strfmt("Invalid JSON body at byte %zu: %s", e.byte, what.c_str()));
     }
     if (!j.is_object()) throw api_error(400, strfmt("the request body must be a JSON object; got %s", json_type(j)));
     return j;

@@ -28,8 +28,11 @@ struct api_error : error {
 // RequestTooLarge... (413), InternalServerError (500), ServiceUnavailableError (503).
 const char* error_type_for_status(int status);
 
-// The request body: must be a JSON object (malformed JSON and other values are 400).
+// The request body: must be a JSON object nesting at most 128 levels (malformed JSON, deeper
+// nesting and other values are 400).
 ojson parse_json_body(const std::string& body);
+// A boolean field of a request: nullopt when absent or null, 400 naming the field when not a boolean.
+std::optional<bool> request_bool(const ojson& body, const char* key);
 
 // Fields shared by chat and completions; nullopt = absent or null (server default applies).
 struct request_common {

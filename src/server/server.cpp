@@ -110,11 +110,11 @@ void openai_server::impl::handle_tokenize(const httplib::Request& req, httplib::
         if (!body.contains("prompt") || !body["prompt"].is_string())
             throw api_error(400, "/tokenize needs 'prompt' (a string) or 'messages'", "prompt");
         text = body["prompt"].get<std::string>();
-        add_special = !body.contains("add_special_tokens") || body["add_special_tokens"] != false;
+        add_special = request_bool(body, "add_special_tokens").value_or(true);
     }
     std::vector<int32_t> ids = m.tok->encode(text, add_special);
     ojson out = {{"count", ids.size()}, {"max_model_len", engine.max_model_len()}, {"tokens", ids}, {"token_strs", nullptr}};
-    if (body.value("return_token_strs", false)) {
+    if (request_bool(body, "return_token_strs").value_or(false)) {
         out["token_strs"] = ojson::array();
         for (int32_t id : ids) out["token_strs"].push_back(m.tok->id_to_token(id));
     }
@@ -141,6 +141,14 @@ void openai_server::impl::setup_routes() {
         return [this, fn](const Request& req, Response& res) { guarded(req, res, [&](const Request& q, Response& r) { (this->*fn)(q, r); }); };
     };
     http.set_pre_routing_handler([this](const Request& req, Response& res) {
+        // cpp-httplib applies the body limit (413) to Content-Length only: a chunked body would be read
+        // whole, however large (a 200-MB one took 5 GB). Refused before the body is read.
+        if (req.has_header("Transfer-Encoding") &&
+            req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
+            send_error(res, 411, "chunked request bodies are not accepted: send the body with a Content-Length");
+            res.set_header("Connection", "close");
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (!cfg.api_key.empty() && path_needs_auth(req.path) &&
             !bearer_matches(req.get_header_value("Authorization"), cfg.api_key)) {
             send_error(res, 401, "Unauthorized");

@@ -222,15 +222,19 @@ std::vector<std::string> stream_events(impl& s, gen_job& j, const request_output
 
 std::vector<std::string> stream_start(gen_job& j) {
     std::vector<std::string> ev;
+    // continuous_usage_stats: every chunk carries usage, the role chunk too (0 completion tokens, as vLLM)
+    const ojson usage = j.continuous_usage ? usage_json(int64_t(j.prompt.size()), 0) : ojson(nullptr);
     for (int i = 0; i < j.n; ++i) {
         if (j.chat) {
             ojson delta = {{"role", j.role}, {"content", ""}};
             ev.push_back(sse_event(response_envelope(j.id, "chat.completion.chunk", j.created, j.model,
-                                                     ojson::array({chat_chunk_choice(i, delta, nullptr, nullptr)}))));
+                                                     ojson::array({chat_chunk_choice(i, delta, nullptr, nullptr)}),
+                                                     usage)));
         } else if (j.echo) {
             j.choices[i].text_offset = int64_t(j.prompt_text.size());
             ev.push_back(sse_event(response_envelope(j.id, "text_completion", j.created, j.model,
-                                                     ojson::array({completion_choice(i, j.prompt_text, nullptr, nullptr, nullptr)}))));
+                                                     ojson::array({completion_choice(i, j.prompt_text, nullptr, nullptr, nullptr)}),
+                                                     usage)));
         }
     }
     return ev;
@@ -250,42 +254,44 @@ std::vector<std::string> stream_end(gen_job& j) {
     return ev;
 }
 
-void start_stream(impl& s, httplib::Response& res, std::shared_ptr<gen_job> j) {
+// The SSE stream: chunked transfer encoding for HTTP/1.1 clients; an HTTP/1.0 client cannot decode
+// chunks, so it gets the raw events and the end of the body is the connection's close.
+void start_stream(impl& s, bool http10, httplib::Response& res, std::shared_ptr<gen_job> j) {
     std::shared_ptr<job_guard> guard(new job_guard{s, j});
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [&s, j](size_t, httplib::DataSink& sink) {
-            auto write_all = [&](const std::vector<std::string>& ev) {
-                for (const auto& e : ev)
-                    if (!sink.write(e.data(), e.size())) return false;
-                return true;
-            };
-            try {
-                if (!j->started) {
-                    j->started = true;
-                    if (!write_all(stream_start(*j))) return false;
-                }
-                request_output o;
-                if (!j->rs->next(o, 0.05)) {
-                    if (!j->rs->done()) return !sink.is_writable || sink.is_writable();
-                    if (!write_all(stream_end(*j))) return false;
-                    j->ended = true;
-                    sink.done();
-                    return true;
-                }
-                account(s, *j, o);
-                if (!o.error.empty() || o.aborted) return true;  // reported by stream_end once done
-                return write_all(stream_events(s, *j, o));
-            } catch (const std::exception& e) {  // after the headers: an error event, then [DONE]
-                TETRA_LOG_ERROR("server: stream %s failed: %s", j->id.c_str(), e.what());
-                std::string ev = sse_event(error_body(500, std::string("internal error: ") + e.what())) + sse_done();
-                sink.write(ev.data(), ev.size());
+    auto provider = [&s, j](size_t, httplib::DataSink& sink) {
+        auto write_all = [&](const std::vector<std::string>& ev) {
+            for (const auto& e : ev)
+                if (!sink.write(e.data(), e.size())) return false;
+            return true;
+        };
+        try {
+            if (!j->started) {
+                j->started = true;
+                if (!write_all(stream_start(*j))) return false;
+            }
+            request_output o;
+            if (!j->rs->next(o, 0.05)) {
+                if (!j->rs->done()) return !sink.is_writable || sink.is_writable();
+                if (!write_all(stream_end(*j))) return false;
+                j->ended = true;
                 sink.done();
                 return true;
             }
-        },
-        [guard](bool) {});  // the guard aborts an unfinished request when the response is released
+            account(s, *j, o);
+            if (!o.error.empty() || o.aborted) return true;  // reported by stream_end once done
+            return write_all(stream_events(s, *j, o));
+        } catch (const std::exception& e) {  // after the headers: an error event, then [DONE]
+            TETRA_LOG_ERROR("server: stream %s failed: %s", j->id.c_str(), e.what());
+            std::string ev = sse_event(error_body(500, std::string("internal error: ") + e.what())) + sse_done();
+            sink.write(ev.data(), ev.size());
+            sink.done();
+            return true;
+        }
+    };
+    auto release = [guard](bool) {};  // the guard aborts an unfinished request when the response is released
+    if (http10) res.set_content_provider("text/event-stream", provider, release);
+    else res.set_chunked_content_provider("text/event-stream", provider, release);
 }
 
 void run_job(impl& s, const httplib::Request& req, httplib::Response& res, std::shared_ptr<gen_job> j) {
@@ -293,7 +299,7 @@ void run_job(impl& s, const httplib::Request& req, httplib::Response& res, std::
     if (!j->stream) conn = client_connection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     submit(s, *j);
     if (j->stream) {
-        start_stream(s, res, j);
+        start_stream(s, req.version == "HTTP/1.0", res, j);
         return;
     }
     job_guard guard{s, j};

@@ -33,6 +33,47 @@ TEST(openai_request, body_must_be_a_json_object) {
     EXPECT_EQ(parse_json_body("{\"a\": 1}")["a"], 1);
 }
 
+// Nesting is bounded (128 levels): copying or destroying a deeper value recursed once per level and
+// a 300-KB body of 150,000 nested arrays crashed the server (session 23's audit). The same bound
+// for a tool call's arguments given as a JSON string; a parse error's message is cut (it used to end
+// with the whole token read, e.g. a 100-MB string).
+TEST(openai_request, json_nesting_is_bounded_and_errors_are_short) {
+    auto nested = [](int depth) {  // the innermost array at depth `depth` (the body object: 0)
+        return "{\"x\": " + std::string(size_t(depth), '[') + std::string(size_t(depth), ']') + "}";
+    };
+    EXPECT_TRUE(parse_json_body(nested(128)).contains("x"));
+    const api_error deep = error_of([&] { parse_json_body(nested(129)); });
+    EXPECT_EQ(deep.status, 400);
+    EXPECT_NE(std::string(deep.what()).find("deeper than 128"), std::string::npos) << deep.what();
+    EXPECT_FALSE(deep.param);
+    EXPECT_EQ(error_of([&] { parse_json_body(nested(200000)); }).status, 400);  // did not return before
+    const std::string args = std::string(1000, '[') + std::string(1000, ']');
+    ojson body = J(R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+        "function": {"name": "f", "arguments": ""}}]}]})");
+    body["messages"][0]["tool_calls"][0]["function"]["arguments"] = args;
+    const api_error e = error_of([&] { parse_chat_request(body); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(param_of(e), "messages[0].tool_calls[0].function.arguments");
+    const std::string huge = "{\"prompt\": \"" + std::string(1 << 20, 'a');  // unterminated string
+    const api_error cut = error_of([&] { parse_json_body(huge); });
+    EXPECT_EQ(cut.status, 400);
+    EXPECT_LT(std::string(cut.what()).size(), 400u) << std::string(cut.what()).substr(0, 400);
+}
+
+// A boolean field: absent / null → nullopt, a boolean → its value, anything else → 400 naming it
+// (/tokenize's add_special_tokens and return_token_strs: "yes" was a 500, "no" counted as true).
+TEST(openai_request, request_bool_names_the_field) {
+    EXPECT_FALSE(request_bool(J(R"({})"), "return_token_strs"));
+    EXPECT_FALSE(request_bool(J(R"({"return_token_strs": null})"), "return_token_strs"));
+    EXPECT_EQ(request_bool(J(R"({"return_token_strs": true})"), "return_token_strs"), true);
+    EXPECT_EQ(request_bool(J(R"({"add_special_tokens": false})"), "add_special_tokens"), false);
+    for (const char* v : {R"({"add_special_tokens": "no"})", R"({"add_special_tokens": 0})"}) {
+        const api_error e = error_of([&] { request_bool(J(v), "add_special_tokens"); });
+        EXPECT_EQ(e.status, 400) << v;
+        EXPECT_EQ(param_of(e), "add_special_tokens") << v;
+    }
+}
+
 TEST(openai_request, chat_minimal_and_defaults) {
     chat_request r = parse_chat_request(J(R"({"messages": [{"role": "user", "content": "hi"}], "user": "ignored", "store": false})"));
     EXPECT_FALSE(r.model);

@@ -287,6 +287,54 @@ class errors(unittest.TestCase):
         self.check(*SERVER.post("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]})[:2],
                    400, "tool_choice", "--enable-auto-tool-choice")
 
+    def raw(self, data, timeout=60):
+        """Sends raw bytes on a new connection; returns everything until the server closes it."""
+        with socket.create_connection(("127.0.0.1", SERVER.port), timeout=timeout) as c:
+            c.sendall(data)
+            out = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return out
+                out += chunk
+
+    def test_session23_audit_deep_json_chunked_body_tokenize_types(self):
+        # 200,000 nested arrays (a stack overflow killed the process): 400, and the server lives on
+        deep = b'{"x":' + b"[" * 200000 + b"]" * 200000 + b',"prompt":"hi"}'
+        for path in ("/v1/completions", "/v1/chat/completions", "/tokenize"):
+            self.check(*SERVER.post(path, deep)[:2], 400, None, "deeper than 128")
+        self.assertEqual(SERVER.get("/health")[0], 200)
+        # a chunked body skipped the 32-MiB limit (read whole): refused before it is read
+        head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+        body = b'{"prompt":"hi","max_tokens":1}'
+        resp = self.raw(head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        self.assertTrue(resp.startswith(b"HTTP/1.1 411"), resp[:200])
+        self.assertIn(b"Content-Length", resp)
+        # /tokenize's booleans: a wrong type is a 400 naming the field (was 500, or "no" taken as true)
+        self.check(*SERVER.post("/tokenize", {"prompt": "Hello", "return_token_strs": "yes"})[:2], 400, "return_token_strs")
+        self.check(*SERVER.post("/tokenize", {"prompt": "Hello", "add_special_tokens": "no"})[:2], 400, "add_special_tokens")
+
+    def test_session23_audit_http10_stream_and_continuous_usage(self):
+        # an HTTP/1.0 client cannot decode chunked framing: raw events, the body ends at the close
+        body = json.dumps({"model": "smol", "prompt": "Once upon a time", "max_tokens": 3, "stream": True}).encode()
+        resp = self.raw(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                        % len(body) + body)
+        head, _, payload = resp.partition(b"\r\n\r\n")
+        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+        self.assertNotIn(b"transfer-encoding: chunked", head.lower())
+        events = [e for e in payload.split(b"\n\n") if e]
+        self.assertTrue(all(e.startswith(b"data: ") for e in events), payload[:300])
+        self.assertEqual(events[-1], b"data: [DONE]")
+        # continuous_usage_stats: every chunk carries usage, the role chunk with 0 completion tokens (vLLM)
+        chunks = list(SERVER.client().chat.completions.create(
+            model="smol", messages=CHAT, max_tokens=3, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True}))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        self.assertEqual(chunks[0].usage.completion_tokens, 0)
+        self.assertEqual(chunks[0].usage.total_tokens, chunks[0].usage.prompt_tokens)
+        self.assertTrue(all(c.usage is not None for c in chunks))
+
     def test_unknown_model_is_404(self):
         with self.assertRaises(openai.NotFoundError) as cm:
             SERVER.client().chat.completions.create(model="nope", messages=CHAT, max_tokens=2)

@@ -309,6 +309,8 @@ inline std::string dv2_accepts_common(const attention_args& a) {
                       dtype_name(a.act));
     if (a.meta.max_seqlen_q != 1)
         return strfmt("decode kernel: max_seqlen_q = %d (needs 1 query row per sequence)", a.meta.max_seqlen_q);
+    if (a.meta.n_seqs > 65535)  // one grid plane (z) or row (y) per sequence
+        return strfmt("%d sequences in one call: the grid's y / z dimension takes at most 65535", a.meta.n_seqs);
     int64_t d = a.q.dim(2), row_bytes = d * int64_t(dtype_size(a.act));
     if (d > k_att_max_head_dim) return strfmt("head_dim %lld > %d", (long long)d, k_att_max_head_dim);
     if (row_bytes % 16 != 0)

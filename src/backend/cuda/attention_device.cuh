@@ -273,6 +273,8 @@ inline std::string attn_accepts_common(const attention_args& a) {
                       dtype_name(a.act));
     if (a.q.dim(2) > k_att_max_head_dim)
         return strfmt("head_dim %lld > %d", (long long)a.q.dim(2), k_att_max_head_dim);
+    if (a.meta.n_seqs > 65535)  // one grid row (y) per sequence
+        return strfmt("%d sequences in one call: the grid's y dimension takes at most 65535", a.meta.n_seqs);
     return "";
 }
 

@@ -61,6 +61,7 @@ std::string moe_dense_accepts(const moe_matmul_args& a) {
         if (w.dense.type != dtype::BF16) return "needs bf16 expert weights (prepare_linear uploads them as bf16)";
     if (a.n_rows > INT32_MAX / 2) return "too many permuted rows for int indexing";
     if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2) return "shape too large for int indexing";
+    if ((a.n + WARPS - 1) / WARPS > 65535) return strfmt("n = %lld: more than 65535 column groups (grid y)", (long long)a.n);
     return "";
 }
 
