@@ -30,6 +30,8 @@ struct serve_flags {
     bool auto_tool_choice = false;
     std::string kv_cache_dtype = "auto";
     int block_size = 16;
+    std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
+    bool allow_credentials = false;
 };
 
 // "4G", "512MiB", "1000000" → bytes.
@@ -98,6 +100,10 @@ void serve(const model_flags& mf, const serve_flags& f) {
     sc.tool_call_parser = f.tool_call_parser;
     sc.enable_auto_tool_choice = f.auto_tool_choice;
     if (f.seed >= 0) sc.seed = uint64_t(f.seed);
+    sc.cors.origins = parse_cors_list("--allowed-origins", f.allowed_origins);
+    sc.cors.methods = parse_cors_list("--allowed-methods", f.allowed_methods);
+    sc.cors.headers = parse_cors_list("--allowed-headers", f.allowed_headers);
+    sc.cors.credentials = f.allow_credentials;
     openai_server server(*m, engine, sc);
     int port = server.bind();
 
@@ -147,6 +153,10 @@ void register_serve(CLI::App& app) {
     cmd->add_flag("--enable-auto-tool-choice", f->auto_tool_choice, "parse tool calls from the output (needs --tool-call-parser)");
     cmd->add_option("--tool-call-parser", f->tool_call_parser, "tool call format")->check(CLI::IsMember({"hermes", "llama3_json"}));
     cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache dtype (auto)");
+    cmd->add_option("--allowed-origins", f->allowed_origins, "CORS: allowed origins, a JSON list (default [\"*\"])");
+    cmd->add_option("--allowed-methods", f->allowed_methods, "CORS: allowed methods, a JSON list (default [\"*\"])");
+    cmd->add_option("--allowed-headers", f->allowed_headers, "CORS: allowed headers, a JSON list (default [\"*\"])");
+    cmd->add_flag("--allow-credentials", f->allow_credentials, "CORS: allow credentials");
     cmd->callback([mf, f] { serve(*mf, *f); });
 }
 

@@ -141,6 +141,16 @@ void openai_server::impl::setup_routes() {
         return [this, fn](const Request& req, Response& res) { guarded(req, res, [&](const Request& q, Response& r) { (this->*fn)(q, r); }); };
     };
     http.set_pre_routing_handler([this](const Request& req, Response& res) {
+        // CORS preflights are answered before the API key check (browsers send no credentials there)
+        const std::string origin = req.get_header_value("Origin");
+        if (is_cors_preflight(req.method, origin, req.get_header_value("Access-Control-Request-Method"))) {
+            cors_preflight p = cors_preflight_response(cfg.cors, origin, req.get_header_value("Access-Control-Request-Method"),
+                                                       req.get_header_value("Access-Control-Request-Headers"));
+            res.status = p.status;
+            for (const auto& h : p.headers) res.set_header(h.first.c_str(), h.second);
+            res.set_content(p.body, "text/plain; charset=utf-8");
+            return httplib::Server::HandlerResponse::Handled;
+        }
         // cpp-httplib applies the body limit (413) to Content-Length only: a chunked body would be read
         // whole, however large (a 200-MB one took 5 GB). Refused before the body is read.
         if (req.has_header("Transfer-Encoding") &&
@@ -164,6 +174,10 @@ void openai_server::impl::setup_routes() {
     });
     http.set_exception_handler([this](const Request&, Response& res, std::exception_ptr) {
         send_error(res, 500, "internal error");
+    });
+    http.set_post_routing_handler([this](const Request& req, Response& res) {  // every response, errors too
+        for (const auto& h : cors_response_headers(cfg.cors, req.get_header_value("Origin")))
+            if (!res.has_header(h.first.c_str())) res.set_header(h.first.c_str(), h.second);
     });
     http.set_logger([this](const Request&, const Response& res) { metrics.count_http(res.status); });
     auto health = [this](const Request&, Response& res) { res.status = shutting_down || !engine.running() ? 503 : 200; };

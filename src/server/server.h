@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "server/cors.h"
+
 namespace tetra {
 
 struct loaded_model;
@@ -29,6 +31,7 @@ struct server_config {
     size_t max_body_bytes = 32u << 20;
     int n_http_threads = 0;                       // 0: max(64, max_num_seqs + 32)
     double shutdown_grace_s = 30;                 // in-flight requests get this long on SIGTERM
+    cors_config cors;                             // --allowed-origins ... (default: any origin, as vLLM)
 };
 
 class openai_server {

@@ -254,6 +254,22 @@ class basic(unittest.TestCase):
         self.assertEqual(chunks[-1].choices, [])
         self.assertEqual(chunks[-1].usage.completion_tokens, 10)
 
+    def test_cors_as_vllm(self):
+        # preflight (vLLM's defaults: any origin, method and header), answered before any API key check
+        status, data, r = SERVER.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        self.assertEqual(status, 200, data)
+        self.assertEqual(r.getheader("Access-Control-Allow-Origin"), "*")
+        self.assertIn("POST", r.getheader("Access-Control-Allow-Methods"))
+        self.assertEqual(r.getheader("Access-Control-Allow-Headers"), "authorization, content-type")
+        # simple requests, errors included, carry the origin header; none without an Origin
+        for path in ("/v1/models", "/nope"):
+            _, _, r = SERVER.get(path, headers={"Origin": "http://localhost:3000"})
+            self.assertEqual(r.getheader("Access-Control-Allow-Origin"), "*", path)
+        _, _, r = SERVER.get("/v1/models")
+        self.assertIsNone(r.getheader("Access-Control-Allow-Origin"))
+
     def test_tokenize_detokenize(self):
         status, data, _ = SERVER.post("/tokenize", {"prompt": "Hello world", "add_special_tokens": False})
         self.assertEqual(status, 200)
@@ -463,6 +479,10 @@ class second_server(unittest.TestCase):
                             "--tool-call-parser", "hermes"])
         try:
             cl = s.client("sekret")
+            # a CORS preflight carries no credentials: answered before the key check (as vLLM)
+            status, _, _ = s.request("OPTIONS", "/v1/models", headers={"Origin": "http://x", "Access-Control-Request-Method": "GET"})
+            self.assertEqual(status, 200)
+            self.assertEqual(s.get("/v1/models", headers={"Origin": "http://x"})[0], 401)
             # deepseek_r1: SmolLM2 never writes </think>, so its whole output is (truncated) reasoning
             r = cl.chat.completions.create(model="smol", messages=CHAT, max_tokens=6, temperature=0)
             m = r.choices[0].message
