@@ -8,6 +8,7 @@
 #include "chat/tool_parser.h"
 #include "core/log.h"
 #include "server/auth.h"
+#include "server/elastic_pool.h"
 #include "server/server_impl.h"
 
 namespace tetra {
@@ -202,7 +203,10 @@ openai_server::openai_server(loaded_model& m, llm_engine& e, server_config cfg)
     : impl_(std::make_unique<impl>(m, e, std::move(cfg))) {
     impl& s = *impl_;
     int n_threads = s.cfg.n_http_threads > 0 ? s.cfg.n_http_threads : std::max(64, e.config().max_num_seqs + 32);
-    s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
+    // n_threads kept, up to 4096 while connections wait for one (server/elastic_pool.h)
+    s.http.new_task_queue = [n_threads] {
+        return new elastic_pool(size_t(n_threads), std::max<size_t>(size_t(n_threads), 4096));
+    };
     s.http.set_payload_max_length(s.cfg.max_body_bytes);
     s.http.set_tcp_nodelay(true);  // one SSE event per packet, no Nagle delay
     s.http.set_keep_alive_max_count(1000);

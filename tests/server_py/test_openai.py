@@ -402,6 +402,26 @@ class load(unittest.TestCase):
             self.assertEqual(len(finals), 1, "stream %d" % i)
         print("\n64 streams x 8 tokens: %.1f s" % (time.time() - t0), file=sys.stderr)
 
+    def test_health_answers_with_more_open_connections_than_pool_threads(self):
+        # cpp-httplib serves a connection on one worker for its life (a stream until it ends, an idle
+        # connection until the 30-s read timeout): 110 connections that send half a request hold
+        # workers of a pool of max(64, 64 + 32) = 96, and with a fixed pool /health waited for one
+        # (4-11 s at 68 streams on 64 workers in session 23's audit; here up to 30 s)
+        socks = []
+        try:
+            for i in range(110):
+                c = socket.create_connection(("127.0.0.1", SERVER.port), timeout=30)
+                c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                socks.append(c)
+            time.sleep(0.5)
+            t0 = time.time()
+            status, _, _ = SERVER.get("/health", timeout=60)
+            self.assertEqual(status, 200)
+            self.assertLess(time.time() - t0, 3.0, "/health waited for a worker")
+        finally:
+            for c in socks:
+                c.close()
+
     def test_disconnect_storm_frees_kv(self):
         before = SERVER.metrics()
         socks = []
