@@ -197,6 +197,17 @@ void openai_server::impl::setup_routes() {
     http.Post("/v1/completions", wrap(&impl::handle_completion));
     http.Post("/tokenize", wrap(&impl::handle_tokenize));
     http.Post("/detokenize", wrap(&impl::handle_detokenize));
+    // another method on a POST route: 405 with Allow, as FastAPI (not 404)
+    auto not_allowed = [](const Request&, Response& res) {
+        res.status = 405;
+        res.set_header("Allow", "POST");
+        res.set_content("{\"detail\":\"Method Not Allowed\"}", "application/json");
+    };
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"}) {
+        http.Get(path, not_allowed);
+        http.Put(path, not_allowed);
+        http.Delete(path, not_allowed);
+    }
 }
 
 openai_server::openai_server(loaded_model& m, llm_engine& e, server_config cfg)

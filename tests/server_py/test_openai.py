@@ -351,6 +351,13 @@ class errors(unittest.TestCase):
         self.assertEqual(chunks[0].usage.total_tokens, chunks[0].usage.prompt_tokens)
         self.assertTrue(all(c.usage is not None for c in chunks))
 
+    def test_wrong_method_is_405(self):
+        status, data, r = SERVER.get("/v1/chat/completions")
+        self.assertEqual(status, 405, data)
+        self.assertEqual(json.loads(data), {"detail": "Method Not Allowed"})
+        self.assertEqual(r.getheader("Allow"), "POST")
+        self.assertEqual(SERVER.request("DELETE", "/tokenize")[0], 405)
+
     def test_unknown_model_is_404(self):
         with self.assertRaises(openai.NotFoundError) as cm:
             SERVER.client().chat.completions.create(model="nope", messages=CHAT, max_tokens=2)
