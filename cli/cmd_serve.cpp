@@ -32,6 +32,8 @@ struct serve_flags {
     int block_size = 16;
     std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
     bool allow_credentials = false;
+    bool enforce_eager = false, trust_remote_code = false;
+    int tensor_parallel_size = 1;
 };
 
 // "4G", "512MiB", "1000000" → bytes.
@@ -60,6 +62,10 @@ void check_flags(const serve_flags& f) {
     if (f.auto_tool_choice && f.tool_call_parser.empty())
         throw cli_error("--enable-auto-tool-choice requires --tool-call-parser", "add --tool-call-parser hermes (Qwen, Hermes) or llama3_json (Llama 3.x)");
     if (f.port < 0 || f.port > 65535) throw cli_error("--port " + std::to_string(f.port) + " is out of range", "use 1..65535 (0: any free port)");
+    if (f.tensor_parallel_size != 1)
+        throw cli_error("--tensor-parallel-size " + std::to_string(f.tensor_parallel_size) +
+                            ": tetra serves a model on one GPU (tensor parallelism is not implemented)",
+                        "use --tensor-parallel-size 1 (or leave it out) and a model that fits one GPU");
 }
 
 std::string basename_of(std::string p) {
@@ -80,6 +86,7 @@ void serve(const model_flags& mf, const serve_flags& f) {
 
     auto m = mf.load();
     engine_config ec;
+    ec.enforce_eager = f.enforce_eager;
     ec.max_num_seqs = f.max_num_seqs;
     ec.max_num_batched_tokens = mf.max_tokens_per_step;
     ec.block_size = f.block_size;
@@ -157,6 +164,11 @@ void register_serve(CLI::App& app) {
     cmd->add_option("--allowed-methods", f->allowed_methods, "CORS: allowed methods, a JSON list (default [\"*\"])");
     cmd->add_option("--allowed-headers", f->allowed_headers, "CORS: allowed headers, a JSON list (default [\"*\"])");
     cmd->add_flag("--allow-credentials", f->allow_credentials, "CORS: allow credentials");
+    cmd->add_flag("--enforce-eager", f->enforce_eager, "launch decode kernels one by one: no CUDA graphs (as vLLM)");
+    cmd->add_option("--tensor-parallel-size", f->tensor_parallel_size, "GPUs per model: 1 only (tetra serves on one GPU)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_flag("--trust-remote-code", f->trust_remote_code,
+                  "accepted for vLLM command lines; tetra never runs code from a checkpoint");
     cmd->callback([mf, f] { serve(*mf, *f); });
 }
 

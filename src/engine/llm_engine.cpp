@@ -355,6 +355,7 @@ llm_engine::llm_engine(loaded_model& m, const engine_config& cfg)
                 "slot mapping (%d slots at most)", (long long)n_blocks, (long long)bs, INT32_MAX);
     kv_ = std::make_unique<kv_cache>(kv_cache::create(*m.be, c, n_blocks, int(bs), lm.act_type()));
     runner_ = std::make_unique<model_runner>(lm, *m.be, *kv_);
+    runner_->set_graphs(!cfg_.enforce_eager);
     state_->blocks = std::make_unique<block_manager>(n_blocks, int(bs), cfg_.enable_prefix_caching);
     sched_ = std::make_unique<scheduler>(scheduler_config{cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, *state_->blocks);
     std::lock_guard<std::mutex> lk(step_mu_);
@@ -609,5 +610,7 @@ void llm_engine::shutdown(bool finish_in_flight) {
     std::lock_guard<std::mutex> lk(inbox_mu_);
     thread_running_ = false;
 }
+
+bool llm_engine::decode_graphs() const { return runner_->graphs(); }
 
 }  // namespace tetra

@@ -48,6 +48,9 @@ struct engine_config {
     // the backend is not the CPU; steps with a logprobs row always sample on the host. The tokens
     // are the same either way (bit-exact algorithm); false forces the host path (tests).
     bool device_sampling = true;
+    // --enforce-eager (vLLM): decode steps launch their kernels one by one, no CUDA graph replay
+    // (debugging, profiling). No effect on the CPU backend, which has no graphs.
+    bool enforce_eager = false;
 };
 
 // What the engine reports for one sequence after a step (or on finish / abort / error).
@@ -161,6 +164,8 @@ class llm_engine {
     // A consistent snapshot, any thread; published at the end of each step (after its outputs).
     engine_stats stats() const;
     const engine_config& config() const { return cfg_; }  // defaults resolved
+    // Whether decode steps replay CUDA graphs where the backend has them (off with enforce_eager).
+    bool decode_graphs() const;
     int64_t max_model_len() const { return cfg_.max_model_len; }
     static double now();  // steady clock, seconds
 

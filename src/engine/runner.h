@@ -62,6 +62,7 @@ class model_runner {
     causal_lm& model() { return model_; }
     // Graph replay for decode steps (default on; it only applies where the backend has graphs).
     void set_graphs(bool on) { graphs_on_ = on; }
+    bool graphs() const { return graphs_on_; }
     int64_t graph_replays() const { return replays_; }
     size_t graphs_captured() const { return graphs_.size(); }
 

@@ -189,6 +189,19 @@ TEST(llm_engine, batched_greedy_equals_alone) {
     EXPECT_EQ(steps, 20);
 }
 
+// --enforce-eager reaches the runner: no graph replay; the default replays them (where the backend
+// has graphs), and the tokens are the same either way.
+TEST(llm_engine, enforce_eager_turns_decode_graphs_off) {
+    engine_config eager;
+    eager.enforce_eager = true;
+    llm_engine a(tiny(), eager), b(tiny(), engine_config{});
+    EXPECT_FALSE(a.decode_graphs());
+    EXPECT_TRUE(b.decode_graphs());
+    auto sa = a.add_request(make_req("eager", random_prompt(21, 3), greedy(8)));
+    while (a.has_work()) ASSERT_TRUE(a.step());
+    EXPECT_EQ(collect(*sa).tokens[0], reference(random_prompt(21, 3), greedy(8)).tokens);
+}
+
 TEST(llm_engine, one_request_alone_in_the_engine_equals_the_generator) {
     llm_engine eng(tiny(), engine_config{});
     auto st = eng.add_request(make_req("solo", random_prompt(33, 2), greedy(20)));

@@ -502,8 +502,13 @@ class load(unittest.TestCase):
 
 class second_server(unittest.TestCase):
     def test_api_key_parsers_and_sigterm_exit_0(self):
+        # vLLM command-line flags that keep their meaning here: one GPU, no graphs, no checkpoint code
+        bad = subprocess.run([ARGS.tetra, "serve", ARGS.model, "--tensor-parallel-size", "2"], capture_output=True, text=True,
+                             timeout=120)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--tensor-parallel-size 2", bad.stderr + bad.stdout)
         s = server_process(["--api-key", "sekret", "--reasoning-parser", "deepseek_r1", "--enable-auto-tool-choice",
-                            "--tool-call-parser", "hermes"])
+                            "--tool-call-parser", "hermes", "--enforce-eager", "--tensor-parallel-size", "1", "--trust-remote-code"])
         try:
             cl = s.client("sekret")
             # a CORS preflight carries no credentials: answered before the key check (as vLLM)
