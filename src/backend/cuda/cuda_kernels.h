@@ -33,12 +33,16 @@ void* scratch(backend& b, size_t bytes);
 // Whether launch_pdl() (cuda_device.cuh) launches with programmatic dependent launch on this
 // backend: the loaded image has griddepcontrol (FEAT_PDL: built for ≥ sm_90) and TETRA_PDL is not 0.
 bool pdl_enabled(backend& b);
+// Kernel `kern`'s static __shared__ bytes, checked against the `allowance` its launcher planned for
+// (error naming `who` when above it). CUDA counts them against the per-block limit beside the
+// dynamic bytes.
+int64_t static_smem_bytes(const void* kern, int64_t allowance, const char* who);
 // The most dynamic shared memory kernel `kern` may set as its maximum on the current device: the
-// opt-in limit per block less the kernel's static __shared__ bytes. CUDA counts both against the
-// limit, so asking for the whole limit fails for any kernel with static shared memory (measured by
-// the audit of session 22 on the 99-KB sm_86 / 89 / 120 / 121, where the small-M W4A16 kernels asked
-// for all 101376 B beside their 16 static bytes).
-int64_t dynamic_smem_cap(const void* kern);
+// opt-in limit per block less the kernel's static bytes (checked against `allowance`). Asking for
+// the whole limit fails for any kernel with static shared memory (the audit of session 22 on the
+// 99-KB sm_86 / 89 / 120 / 121, where the small-M W4A16 kernels asked for all 101376 B beside their
+// 16 static bytes).
+int64_t dynamic_smem_cap(const void* kern, int64_t allowance, const char* who);
 
 // Requirements of a kernel that runs on devices ≥ min_cc for the given activation dtypes and needs
 // the loaded image to provide `features` (arch.h bits; e.g. FEAT_CVT_E2M1 for a hardware-e2m1

@@ -206,7 +206,8 @@ void launch_gemv(const gemv_params& p, int grid, cudaStream_t s) {
     static int dyn_max = 0;  // per template instance; the attribute is per-function
     if (!dyn_max) {  // what the largest x needs, within the device (opt-in less the static bytes)
         dyn_max = int(std::min<int64_t>(int64_t(ring_bytes<S>()) + W4A16_GEMV_X_SMEM_MAX,
-                                        dynamic_smem_cap(reinterpret_cast<const void*>(kern))));
+                                        dynamic_smem_cap(reinterpret_cast<const void*>(kern), 0,
+                                                         "matmul_nvfp4_w4a16_gemv")));
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn_max));
     }
     const size_t smem = ring_bytes<S>() + size_t(p.m) * (p.k + X_PAD) * 2;

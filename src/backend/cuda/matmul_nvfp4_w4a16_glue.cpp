@@ -219,7 +219,7 @@ std::string accepts_w4a16_sweep(const matmul_args& a) {
         return "m = " + std::to_string(a.m) + " > 8 on n = " + std::to_string(a.n) + " > " +
                std::to_string(W4A16_SWEEP_WIDE_N_MAX) + ": every CTA re-reads x (slower than the sm80 kernel)";
     w4a16_sweep_config cfg;
-    cfg.smem_limit = smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX;
+    cfg.smem_limit = w4a16_sweep_smem_limit_here();
     return w4a16_sweep_why_not(w4a16_sweep_plan_of(a.n, a.k, a.m, cfg), a.m, cfg.smem_limit);
 }
 
@@ -227,7 +227,7 @@ void launch_w4a16_sweep(backend& be, const matmul_args& a) {
     cudaStream_t s = stream_of(be);
     w4a16_sweep_config cfg;
     cfg.pdl = pdl_enabled(be) ? 1 : 0;
-    cfg.smem_limit = smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX;
+    cfg.smem_limit = w4a16_sweep_smem_limit_here();
     const w4a16_sweep_plan pl = w4a16_sweep_plan_of(a.n, a.k, a.m, cfg);
     w4a16_sm80_workspace need;
     need.partial_bytes = pl.partial_bytes, need.counter_count = pl.counter_count;
@@ -245,7 +245,7 @@ std::string accepts_silu_w4a16_sweep(const matmul_silu_args& a) {
         if (!why.empty()) return why;
         w4a16_sweep_config cfg;
         cfg.silu_n_ff = b.n_ff;
-        cfg.smem_limit = smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX;
+        cfg.smem_limit = w4a16_sweep_smem_limit_here();
         return w4a16_sweep_why_not(w4a16_sweep_plan_of(b.mm.n, b.mm.k, b.mm.m, cfg), b.mm.m, cfg.smem_limit);
     });
 }
@@ -254,7 +254,7 @@ void launch_silu_w4a16_sweep(backend& be, const matmul_silu_args& a) {
     w4a16_sweep_config cfg;
     cfg.pdl = pdl_enabled(be) ? 1 : 0;
     cfg.silu_n_ff = a.n_ff;
-    cfg.smem_limit = smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX;
+    cfg.smem_limit = w4a16_sweep_smem_limit_here();
     matmul_nvfp4_w4a16_sweep_launch(a.mm.x.data, a.mm.m, device_weight(*a.mm.w, a.mm.n, a.mm.k), a.out.data, {},
                                     stream_of(be), cfg);
 }

@@ -64,11 +64,7 @@ int64_t small_m_max_here() {
 // The dynamic shared memory a small-M instance asks for as its maximum: what m = 64 needs, within
 // the device (opt-in less the instance's static bytes; at least what small_m_max_here() rows need).
 int small_dynamic_max(const void* kern) {
-    const int64_t cap = dynamic_smem_cap(kern);
-    TETRA_CHECK(cap >= smem_optin_here() - SMALL_STATIC_SMEM_MAX,
-                "matmul_nvfp4_w4a16_sm80: the kernel has %lld B of static shared memory (at most %lld planned for)",
-                (long long)(smem_optin_here() - cap), (long long)SMALL_STATIC_SMEM_MAX);
-    return int(std::min<int64_t>(X_SMEM_MAX, cap));
+    return int(std::min<int64_t>(X_SMEM_MAX, dynamic_smem_cap(kern, SMALL_STATIC_SMEM_MAX, "matmul_nvfp4_w4a16_sm80")));
 }
 
 // ---- packed layout: w4a16_layout.h (the packer: w4a16_layout.cpp) ------------------------------
@@ -669,10 +665,16 @@ int64_t smem_optin_here() {
     return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
 }
 
-int64_t dynamic_smem_cap(const void* kern) {
+int64_t static_smem_bytes(const void* kern, int64_t allowance, const char* who) {
     cudaFuncAttributes fa{};
     CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
-    return smem_optin_here() - int64_t(fa.sharedSizeBytes);
+    TETRA_CHECK(int64_t(fa.sharedSizeBytes) <= allowance, "%s: %lld B of static shared memory (at most %lld planned for)",
+                who, (long long)fa.sharedSizeBytes, (long long)allowance);
+    return int64_t(fa.sharedSizeBytes);
+}
+
+int64_t dynamic_smem_cap(const void* kern, int64_t allowance, const char* who) {
+    return smem_optin_here() - static_smem_bytes(kern, allowance, who);
 }
 
 int w4a16_sm80_small_version(int64_t n, int64_t k, int sm_count) {

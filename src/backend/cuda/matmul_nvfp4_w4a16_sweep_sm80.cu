@@ -84,8 +84,6 @@ __device__ __forceinline__ void sweep_chunk2(const uint4& q, uint32_t two, const
 }
 
 // Shared memory: w4a16_sweep_x_off / w4a16_sweep_red_off / w4a16_sweep_smem (w4a16_layout.h).
-constexpr size_t sweep_x_off(int warps, int gs) { return w4a16_sweep_x_off(warps, gs); }
-constexpr size_t sweep_red_off(int warps, int gs, int m, int G) { return w4a16_sweep_red_off(warps, gs, m, G); }
 
 // x of the CTA's groups (zeros past k) into shared memory by every thread, up to 4 loads in flight
 // per thread before their stores (a load-then-store loop left the L2 round trips of m rows serial).
@@ -221,14 +219,14 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32, SW_MIN_CTAS) sweep_kernel(s
     pdl_trigger();
 
     const int xrow = p.G * GROUP_K + X_PAD, row = g < p.m ? g : 0, row2 = g + 8 < p.m ? g + 8 : 0;
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + sweep_x_off(W, GS));
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + w4a16_sweep_x_off(W, GS));
     if (!XD) {
         stage_x(p, xs, xrow, gr * p.G * GROUP_K);
         __syncthreads();
     }
 
     // Each unit's (group's) sums → shared memory, [warp][GS][16][CW]: the tile's groups in order.
-    float* red = reinterpret_cast<float*>(smem + sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
+    float* red = reinterpret_cast<float*>(smem + w4a16_sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
         float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -283,10 +281,8 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
     auto kern = sweep_kernel<GS, MATH, XD, SILU, NB>;
     static bool attr_set = false;
     if (!attr_set) {
-        const int64_t cap = dynamic_smem_cap(reinterpret_cast<const void*>(kern));
-        TETRA_CHECK(smem_optin_here() - cap <= W4A16_SWEEP_STATIC_SMEM_MAX,
-                    "matmul_nvfp4_w4a16_sweep: %lld B of static shared memory (at most %lld planned for)",
-                    (long long)(smem_optin_here() - cap), (long long)W4A16_SWEEP_STATIC_SMEM_MAX);
+        const int64_t cap = dynamic_smem_cap(reinterpret_cast<const void*>(kern), W4A16_SWEEP_STATIC_SMEM_MAX,
+                                             "matmul_nvfp4_w4a16_sweep");
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cap)));
         attr_set = true;
     }
@@ -311,7 +307,7 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
                                      const w4a16_sm80_workspace& ws, cudaStream_t s, const w4a16_sweep_config& cfg) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
     const w4a16_sweep_plan pl = w4a16_sweep_plan_of(w.n, w.k, m, cfg);
-    const std::string why = w4a16_sweep_why_not(pl, m, smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX);
+    const std::string why = w4a16_sweep_why_not(pl, m, w4a16_sweep_smem_limit_here());
     TETRA_CHECK(why.empty(), "matmul_nvfp4_w4a16_sweep: weight [%lld, %lld]: %s", (long long)w.n, (long long)w.k,
                 why.c_str());
     TETRA_CHECK(cfg.silu_n_ff == 0 || (cfg.silu_n_ff % 16 == 0 && w.n == 2 * cfg.silu_n_ff && cfg.no_math == 0),

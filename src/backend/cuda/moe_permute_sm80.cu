@@ -169,13 +169,9 @@ constexpr int64_t k_permute_static_max = 256;
 constexpr int64_t k_permute_smem = 48 * 1024 - k_permute_static_max;
 
 static void moe_permute_launch(backend& be, const moe_permute_args& a) {
-    static const int64_t static_bytes = [] {
-        cudaFuncAttributes fa{};
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, moe_permute_kernel));
-        return int64_t(fa.sharedSizeBytes);
-    }();
-    TETRA_CHECK(static_bytes <= k_permute_static_max, "moe_permute_sm80: %lld B of static shared memory (at most %lld "
-                "planned for)", (long long)static_bytes, (long long)k_permute_static_max);
+    static const bool static_ok =  // once: the kernel's static bytes within the allowance k_permute_smem leaves
+        static_smem_bytes(reinterpret_cast<const void*>(moe_permute_kernel), k_permute_static_max, "moe_permute_sm80") >= 0;
+    (void)static_ok;
     const int64_t n = a.n_tokens * a.k;
     const bool staged = (a.n_expert + n) * int64_t(sizeof(int32_t)) <= k_permute_smem;
     const size_t smem = size_t(a.n_expert + (staged ? n : 0)) * sizeof(int32_t);
