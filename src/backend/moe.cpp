@@ -124,8 +124,11 @@ namespace {
 
 // moe_matmul's checks and args (op: the name errors carry); mode resolved in place.
 moe_matmul_args matmul_args(backend& be, const char* op, const tensor& x, const std::vector<linear_weight>& experts,
-                            const tensor& expert_offsets, const tensor& out, matmul_mode& mode) {
+                            const tensor& expert_offsets, const tensor& out, matmul_mode& mode,
+                            int64_t rows_per_expert_max) {
     TETRA_CHECK(!experts.empty(), "%s: no experts", op);
+    TETRA_CHECK(rows_per_expert_max >= 0, "%s: rows_per_expert_max = %lld; expected >= 0 (0: no bound)", op,
+                (long long)rows_per_expert_max);
     const linear_weight& w0 = experts[0];
     mode = resolve_mode(w0, mode);
     check_on(be, x, op, "x"), check_on(be, out, op, "out"), check_on(be, expert_offsets, op, "expert_offsets");
@@ -139,14 +142,15 @@ moe_matmul_args matmul_args(backend& be, const char* op, const tensor& x, const 
     moe_matmul_args a;
     a.act = x.type, a.x = x, a.expert_offsets = expert_offsets, a.out = out, a.experts = &experts;
     a.n_rows = x.dim(0), a.n = w0.n_out, a.k = w0.n_in;
+    a.rows_per_expert_max = rows_per_expert_max;
     return a;
 }
 
 }  // namespace
 
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts, const tensor& expert_offsets,
-                const tensor& out, matmul_mode mode, bool offsets_early) {
-    moe_matmul_args a = matmul_args(be, "moe_matmul", x, experts, expert_offsets, out, mode);
+                const tensor& out, matmul_mode mode, bool offsets_early, int64_t rows_per_expert_max) {
+    moe_matmul_args a = matmul_args(be, "moe_matmul", x, experts, expert_offsets, out, mode, rows_per_expert_max);
     a.offsets_early = offsets_early;
     const char* name = mode == matmul_mode::DENSE   ? "moe_matmul_dense"
                        : mode == matmul_mode::W4A16 ? "moe_matmul_nvfp4_w4a16"
@@ -157,10 +161,10 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
 
 void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
                      const tensor& expert_offsets, const tensor& gu, const tensor& out, matmul_mode mode,
-                     bool offsets_early) {
+                     bool offsets_early, int64_t rows_per_expert_max) {
     const char* op = "moe_matmul_silu";
     moe_matmul_silu_args a;
-    a.mm = matmul_args(be, op, x, gate_up, expert_offsets, gu, mode);
+    a.mm = matmul_args(be, op, x, gate_up, expert_offsets, gu, mode, rows_per_expert_max);
     a.mm.offsets_early = offsets_early;
     TETRA_CHECK(a.mm.n % 2 == 0, "%s: the experts' gate_up weights have %lld rows; expected an even number (the stacked "
                 "gate and up halves)", op, (long long)a.mm.n);
@@ -173,7 +177,8 @@ void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weig
 }
 
 void moe_matmul_silu_two_step(backend& be, const moe_matmul_silu_args& a) {
-    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode, a.mm.offsets_early);
+    moe_matmul(be, a.mm.x, *a.mm.experts, a.mm.expert_offsets, a.mm.out, a.mode, a.mm.offsets_early,
+               a.mm.rows_per_expert_max);
     be.silu_mul_gate_up(a.mm.out, a.out);
 }
 

@@ -48,10 +48,10 @@ void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, c
 // other rows (bit-identical alone or in any batch).
 // x: [n_rows, K] act; experts: n_expert linears [N, K] (prepared for this backend);
 // expert_offsets: i32 [n_expert + 1] (moe_permute's); out: [n_rows, N] act
-// offsets_early: see moe_matmul_args::offsets_early.
+// offsets_early, rows_per_expert_max: see moe_matmul_args.
 void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& experts,
                 const tensor& expert_offsets, const tensor& out, matmul_mode mode = matmul_mode::AUTO,
-                bool offsets_early = false);
+                bool offsets_early = false, int64_t rows_per_expert_max = 0);
 
 // The experts' fused gate/up stage as one op ("moe_matmul_silu"): moe_matmul(x, gate_up, offsets,
 // gu, mode), then silu_mul_gate_up(gu, out). A kernel may fuse the two (the CUDA grouped mma kernel
@@ -61,7 +61,8 @@ void moe_matmul(backend& be, const tensor& x, const std::vector<linear_weight>& 
 // and out must not overlap).
 void moe_matmul_silu(backend& be, const tensor& x, const std::vector<linear_weight>& gate_up,
                      const tensor& expert_offsets, const tensor& gu, const tensor& out,
-                     matmul_mode mode = matmul_mode::AUTO, bool offsets_early = false);
+                     matmul_mode mode = matmul_mode::AUTO, bool offsets_early = false,
+                     int64_t rows_per_expert_max = 0);
 
 // Combine: out[t] = Σ_{s = 0..k-1} topk_weights[t, s] · y[dest_rows[t, s]] (f32, ascending s; no
 // atomics), then + sigmoid(shared_gate[t]) · shared[t] when `shared` is given (the Qwen2-MoE /
@@ -112,6 +113,12 @@ struct moe_matmul_args : op_args {
     // kernel does), so a PDL kernel may read it before waiting for the previous kernel. A false
     // promise is a silent race (stale offsets: wrong rows); false is always safe, only slower.
     bool offsets_early = false;
+    // The caller's promise that no expert has more than this many rows (0: no bound). The model
+    // passes its token count: moe_route gives a token k distinct experts, so an expert gets at most
+    // one row per token. A kernel may size per-expert buffers by it (the CUDA grouped mma kernel:
+    // its x window, so that more CTAs fit an SM); one that finds the promise broken stops with a
+    // device error instead of computing.
+    int64_t rows_per_expert_max = 0;
 };
 
 // "moe_matmul_silu": mm is the grouped matmul into mm.out = gu (scratch: only two-step kernels

@@ -111,16 +111,18 @@ bool moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor&
         be_.get_rows(h, sorted, xs);
         early = true;
     }
+    // moe_route gives a token k distinct experts: an expert has at most one row per token.
+    const int64_t per_expert = n;
     const bool gate_up = ops.run(step_op::EXPERT_GATE_UP);
-    if (gate_up && L.fused_gate_up) {  // one grouped matmul over [gate; up] with silu (gu: scratch)
-        moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode, early);  // one kernel on CUDA
+    if (gate_up && L.fused_gate_up) {  // one grouped matmul over [gate; up] with silu (gu: scratch; one CUDA kernel)
+        moe_matmul_silu(be_, xs, L.gate_up, offsets_, tensor_rows(gu_, 0, rows), g, mode, early, per_expert);
     } else if (gate_up) {
         tensor u = front(gu_, rows, c_.n_ff_exp);
-        moe_matmul(be_, xs, L.gate, offsets_, g, mode, early);
-        moe_matmul(be_, xs, L.up, offsets_, u, mode, true);
+        moe_matmul(be_, xs, L.gate, offsets_, g, mode, early, per_expert);
+        moe_matmul(be_, xs, L.up, offsets_, u, mode, true, per_expert);
         be_.silu_mul(g, u, g);
     }
-    if (ops.run(step_op::EXPERT_DOWN)) moe_matmul(be_, g, L.down, offsets_, ys, mode, early || gate_up);
+    if (ops.run(step_op::EXPERT_DOWN)) moe_matmul(be_, g, L.down, offsets_, ys, mode, early || gate_up, per_expert);
     if (!L.has_shared) {
         if (!ops.run(step_op::COMBINE)) return false;
         moe_combine(be_, ys, dest, wts, out, tensor(), tensor(), norm);

@@ -391,6 +391,17 @@ TEST(moe_ops, matmul_rejects_bad_experts) {
         EXPECT_NE(std::string(e.what()).find("expert_offsets span [0, 3); expected [0, 4)"), std::string::npos)
             << e.what();
     }
+    try {
+        moe_matmul(cpu_be(), x, ex.w, i32_tensor({0, 1, 2, 4}), out, matmul_mode::AUTO, false, -1);
+        ADD_FAILURE() << "a negative rows_per_expert_max accepted";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("moe_matmul: rows_per_expert_max = -1; expected >= 0"), std::string::npos)
+            << e.what();
+    }
+    tensor bound = tensor::alloc(dtype::F32, {4, 16}), free_ = tensor::alloc(dtype::F32, {4, 16});
+    moe_matmul(cpu_be(), x, ex.w, i32_tensor({0, 1, 2, 4}), bound, matmul_mode::AUTO, false, 2);  // a kept promise
+    moe_matmul(cpu_be(), x, ex.w, i32_tensor({0, 1, 2, 4}), free_);
+    EXPECT_EQ(std::memcmp(bound.data, free_.data, bound.nbytes()), 0);
 }
 
 TEST(moe_ops, combine) {

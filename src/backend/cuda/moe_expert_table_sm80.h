@@ -53,6 +53,9 @@ std::string moe_w4a16_experts_why_not(const moe_matmul_args& a);
 // of an [n, k] weight on a device of sm_count SMs (moe_matmul_nvfp4_w4a16_mma_sm80.cu, ks_for):
 // for the test that every split gives the same bits.
 int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count);
+// The rows of the grouped mma kernel's x window for call a on this device (silu: moe_matmul_silu's
+// fused form): 8·NT, or a.rows_per_expert_max where that puts the grid in fewer waves.
+int moe_w4a16_mma_x_rows(backend& be, const moe_matmul_args& a, bool silu);
 
 }  // namespace cuda
 }  // namespace tetra

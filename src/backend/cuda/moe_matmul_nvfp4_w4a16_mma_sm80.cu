@@ -15,6 +15,12 @@
 // are the offsets unless the caller promises they are older (offsets_early: then the work item, its
 // expert and the first weight steps are found and requested before the wait). Also "moe_matmul_silu" (SILU instances): gate and up tiles of the same rows paired in one
 // CTA, silu(gate) · up written from the slice reduction; bit-identical to the two-step path.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
@@ -54,6 +60,7 @@ struct mma_params {
     int ne, n, k, n_tiles, k_chunks, k_groups, win_groups;
     int n_ff;  // SILU instances (moe_matmul_silu): n = 2·n_ff stacked [gate; up] rows, out [n_rows, n_ff]
     int early; // offsets were written ≥ 2 launches before this one (moe_matmul_args::offsets_early)
+    int x_rows; // rows of the x window (8·NT, or fewer: plan_window); a pass with more stops with a trap
 };
 
 __device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem) {
@@ -265,6 +272,9 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
         }
     }
     cp_async_wait_all();
+    // A broken rows_per_expert_max promise (more rows than the window holds): a device error, not
+    // output. Checked here rather than up front, where the test cost the batch-1 instance 13 registers.
+    if (nr > p.x_rows) __trap();
 
     // Virtual slices summed in order 0..3 through shared memory (the rings are free now).
     __syncthreads();
@@ -357,22 +367,84 @@ mma_plan plan_of(int64_t n_tiles, int64_t n_rows, int64_t n_expert, int sm_count
     return {nt, items, ks_for(n_tiles, items, nt, sm_count)};
 }
 
+// The x window of a launch: rows (of a pass), groups of k, and the kernel's dynamic shared memory.
+struct x_window {
+    int rows, groups;
+    size_t smem;
+};
+template <int NT, int KS>
+x_window window_of(int rows, int64_t k_groups, int budget) {
+    x_window w;
+    w.rows = rows;
+    const int64_t row_bytes = int64_t(rows) * 2;  // one group of k for all rows of a pass, per bf16 k
+    w.groups = int(std::max<int64_t>(1, std::min<int64_t>(k_groups, budget / (row_bytes * (GROUP_K + X_PAD)))));
+    w.smem = RING_BYTES + split<KS>::SCALE_BYTES + size_t(rows) * (w.groups * GROUP_K + X_PAD) * 2;
+    return w;
+}
+
+// The instance's maximum dynamic shared memory, set once (the attribute is per function): before
+// its first launch and before an occupancy query, which counts 0 CTAs for sizes above the default.
 template <int NT, int KS, bool SILU>
-void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, int budget, cudaStream_t s, bool pdl) {
-    constexpr int WT = split<KS>::WT, SCALE_BYTES = split<KS>::SCALE_BYTES;
-    auto kern = moe_w4a16_mma_kernel<NT, KS, SILU>;
-    static bool attr_set = false;  // per instance; the attribute is per function
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        RING_BYTES + SCALE_BYTES + budget));
-        attr_set = true;
-    }
+void set_smem_attr(int budget) {
+    static bool attr_set = false;
+    if (attr_set) return;
+    CUDA_CHECK(cudaFuncSetAttribute(moe_w4a16_mma_kernel<NT, KS, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    RING_BYTES + split<KS>::SCALE_BYTES + budget));
+    attr_set = true;
+}
+
+// Resident CTAs per SM of kernel `kern` with `smem` bytes (cached per instance and size; the
+// kernel's maximum dynamic shared memory set).
+int ctas_per_sm(const void* kern, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::pair<const void*, size_t>, int> cache;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({kern, smem});
+    if (it != cache.end()) return it->second;
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, THREADS, smem));
+    return cache[{kern, smem}] = n;
+}
+
+// The window of a call: 8·NT rows (a pass's most), or the caller's bound on the rows of an expert
+// (moe_matmul_args::rows_per_expert_max) where that is smaller and puts the grid in fewer waves.
+// Measured on Qwen3-30B-A3B (H100, 12 layers, docs/perf.md session 24): batch 2's gate/up (384 CTAs
+// of 77 KB: two per SM, two waves) in one wave with a 2-row window, −1.8 % per step; smaller windows
+// where the grid already fit (batch 1: the gate/up and down CTAs then share SMs) were 2–4 % slower.
+template <int NT, int KS, bool SILU>
+x_window plan_window(int64_t n_tiles, int64_t items, int64_t k_groups, int budget, int64_t rows_max, int sm_count) {
+    const x_window full = window_of<NT, KS>(8 * NT, k_groups, budget);
+    if (rows_max <= 0 || rows_max >= 8 * NT) return full;
+    const x_window small = window_of<NT, KS>(int(rows_max), k_groups, budget);
+    const int64_t ctas = (n_tiles + split<KS>::WT - 1) / split<KS>::WT * items;
+    const void* kern = reinterpret_cast<const void*>(moe_w4a16_mma_kernel<NT, KS, SILU>);
+    set_smem_attr<NT, KS, SILU>(budget);
+    auto waves = [&](const x_window& w) {
+        const int64_t slots = int64_t(ctas_per_sm(kern, w.smem)) * std::max(1, sm_count);
+        return slots > 0 ? (ctas + slots - 1) / slots : INT64_MAX;
+    };
+    return waves(small) < waves(full) ? small : full;
+}
+
+template <int NT, int KS, bool SILU>
+void launch_nt(const mma_params& p, const w4a16_sm80_dims& d, int64_t items, const x_window& w, int budget,
+               cudaStream_t s, bool pdl) {
+    set_smem_attr<NT, KS, SILU>(budget);
     mma_params q = p;
-    const int64_t row_bytes = 8 * NT * 2;  // one group of k for all rows of a pass, per bf16 k
-    q.win_groups = int(std::max<int64_t>(1, std::min<int64_t>(d.k_groups, budget / (row_bytes * (GROUP_K + X_PAD)))));
-    const size_t smem = RING_BYTES + SCALE_BYTES + size_t(8 * NT) * (q.win_groups * GROUP_K + X_PAD) * 2;
-    dim3 grid(unsigned((d.n_tiles + WT - 1) / WT), unsigned(items));
-    launch_on(kern, grid, dim3(THREADS), smem, s, pdl, q);
+    q.x_rows = w.rows, q.win_groups = w.groups;
+    dim3 grid(unsigned((d.n_tiles + split<KS>::WT - 1) / split<KS>::WT), unsigned(items));
+    launch_on(moe_w4a16_mma_kernel<NT, KS, SILU>, grid, dim3(THREADS), w.smem, s, pdl, q);
+}
+
+// f(NT, KS) as integral constants for a plan's (nt, ks).
+template <class F> void with_instance(int nt, int ks, F&& f) {
+    using std::integral_constant;
+    if (nt == 1 && ks == 1) f(integral_constant<int, 1>{}, integral_constant<int, 1>{});
+    else if (nt == 1 && ks == 2) f(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+    else if (nt == 1) f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+    else if (nt == 2 && ks == 2) f(integral_constant<int, 2>{}, integral_constant<int, 2>{});
+    else if (nt == 2) f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+    else f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
 }
 
 // The grouped matmul a (n_ff 0) or moe_matmul_silu's fused form into out ([n_rows, n_ff]).
@@ -389,17 +461,15 @@ void mma_launch(backend& be, const moe_matmul_args& a, void* out, int64_t n_ff) 
     p.offsets = a.expert_offsets.ptr<const int32_t>(), p.table = table;
     p.ne = int(ex.size()), p.n = int(a.n), p.k = int(a.k);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups), p.win_groups = 1;
-    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(ex.size()), be.device().sm_count);
-    const int nt = pl.nt, ks = pl.ks;
-    const int64_t items = pl.items;
+    const int sms = be.device().sm_count;
+    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(ex.size()), sms);
     const int budget = x_budget(be.device());
     const bool pdl = pdl_enabled(be);
-    if (nt == 1 && ks == 1) launch_nt<1, 1, SILU>(p, d, items, budget, s, pdl);
-    else if (nt == 1 && ks == 2) launch_nt<1, 2, SILU>(p, d, items, budget, s, pdl);
-    else if (nt == 1) launch_nt<1, 4, SILU>(p, d, items, budget, s, pdl);
-    else if (nt == 2 && ks == 2) launch_nt<2, 2, SILU>(p, d, items, budget, s, pdl);
-    else if (nt == 2) launch_nt<2, 4, SILU>(p, d, items, budget, s, pdl);
-    else launch_nt<4, 4, SILU>(p, d, items, budget, s, pdl);
+    with_instance(pl.nt, pl.ks, [&](auto nt, auto ks) {
+        constexpr int NT = decltype(nt)::value, KS = decltype(ks)::value;
+        const x_window w = plan_window<NT, KS, SILU>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms);
+        launch_nt<NT, KS, SILU>(p, d, pl.items, w, budget, s, pdl);
+    });
 }
 
 void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) { mma_launch<false>(be, a, a.out.data, 0); }
@@ -430,6 +500,20 @@ void moe_silu_mma_launch(backend& be, const moe_matmul_silu_args& a) { mma_launc
 
 int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int sm_count) {
     return plan_of(w4a16_sm80_dims_of(n, k).n_tiles, n_rows, n_expert, sm_count).ks;
+}
+
+int moe_w4a16_mma_x_rows(backend& be, const moe_matmul_args& a, bool silu) {
+    const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
+    const int sms = be.device().sm_count;
+    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(a.experts->size()), sms);
+    int rows = 0;
+    with_instance(pl.nt, pl.ks, [&](auto nt, auto ks) {
+        constexpr int NT = decltype(nt)::value, KS = decltype(ks)::value;
+        const int budget = x_budget(be.device());
+        rows = silu ? plan_window<NT, KS, true>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms).rows
+                    : plan_window<NT, KS, false>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms).rows;
+    });
+    return rows;
 }
 
 // Priority 20: above the CUDA-core moe_matmul_nvfp4_w4a16_sm80 (10), kept as the fallback and the

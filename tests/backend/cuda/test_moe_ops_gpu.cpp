@@ -8,6 +8,7 @@
 // bit-identical alone and inside a 200-row batch; a token's MoE block output on the GPU is
 // bit-identical alone and inside a batch of 64, and over 200 repeats.
 // Outputs are guarded (sentinels around, NaN inside): a stray or missing write fails.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -511,6 +512,62 @@ TEST(moe_ops_gpu, matmul_w4a16_mma_k_splits_agree) {
     for (int64_t i = 0; i < few; ++i)
         EXPECT_EQ(std::memcmp(some.data() + size_t(i) * rb, all.data() + size_t(2 * i) * rb, rb), 0) << "row " << 2 * i << ": 2 vs 1 warps per tile";
     EXPECT_EQ(std::memcmp(one.data(), all.data(), rb), 0) << "row 0: 4 vs 1 warps per tile";
+}
+
+// rows_per_expert_max (the model's promise: an expert has at most one row per token) lets the
+// grouped mma kernel stage a smaller x window where that puts the grid in fewer waves.
+// Qwen3-30B-A3B's expert shapes (gate/up [1536, 2048] fused with silu, down [2048, 768], 128 experts),
+// decode batches of 1 to 8 tokens routed to 8 distinct experts each: every output equals the call
+// without the promise bit for bit. On a GPU of ≥ 100 SMs with ≥ 200 KB of shared memory per block (H100,
+// H200, B200) batch 2's gate/up takes the smaller window (384 CTAs of 77 KB: two per SM, two waves),
+// so the test checks that the path ran there.
+TEST(moe_ops_gpu, matmul_w4a16_mma_rows_per_expert_window) {
+    rng r(311);
+    const int64_t ne = 128, n_ff = 768, k = 2048, topk = 8;
+    std::vector<linear_weight> gu = prepare_all(random_experts(r, ne, 2 * n_ff, k, true));
+    std::vector<linear_weight> down = prepare_all(random_experts(r, ne, k, n_ff, true));
+    force_kernel fk("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_mma_sm80");
+    force_kernel fs("moe_matmul_silu", "moe_matmul_silu_nvfp4_w4a16_mma_sm80");
+    int smaller = 0;
+    for (int64_t tokens : {1, 2, 3, 4, 8}) {
+        std::vector<int32_t> ids;
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::vector<int32_t> pick;
+            while (int64_t(pick.size()) < topk) {
+                const int32_t e = int32_t(r.randint(0, ne - 1));
+                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            ids.insert(ids.end(), pick.begin(), pick.end());
+        }
+        std::vector<int32_t> counts(size_t(ne), 0), off = {0};
+        for (int32_t e : ids) ++counts[size_t(e)];
+        for (int64_t e = 0; e < ne; ++e) off.push_back(off.back() + counts[size_t(e)]);
+        const int64_t rows = tokens * topk;
+        tensor x = to_gpu(random_tensor(r, dtype::BF16, {rows, k})), o = to_gpu(i32_tensor(off));
+        tensor scratch = gpu_be().alloc(dtype::BF16, {rows, 2 * n_ff});
+        for (bool silu : {true, false}) {
+            const int64_t kin = silu ? k : n_ff, nout = silu ? n_ff : k;
+            tensor xin = silu ? x : to_gpu(random_tensor(r, dtype::BF16, {rows, kin}));
+            std::vector<uint8_t> got[2];
+            for (int bound = 0; bound < 2; ++bound) {
+                tensor out = gpu_be().alloc(dtype::BF16, {rows, nout});
+                const int64_t promise = bound ? tokens : 0;
+                if (silu) moe_matmul_silu(gpu_be(), xin, gu, o, scratch, out, matmul_mode::W4A16, false, promise);
+                else moe_matmul(gpu_be(), xin, down, o, out, matmul_mode::W4A16, false, promise);
+                got[bound] = bytes_of(to_host(out));
+            }
+            moe_matmul_args a;
+            a.n = silu ? 2 * n_ff : k, a.k = kin, a.n_rows = rows, a.experts = silu ? &gu : &down;
+            a.rows_per_expert_max = tokens;
+            const int x_rows = cuda::moe_w4a16_mma_x_rows(gpu_be(), a, silu);
+            smaller += x_rows < 8;
+            EXPECT_TRUE(x_rows == 8 || x_rows == tokens) << x_rows;
+            EXPECT_EQ(got[1], got[0]) << (silu ? "gate/up" : "down") << " tokens=" << tokens << " x_rows=" << x_rows;
+        }
+    }
+    const device_info& dev = gpu_be().device();
+    if (dev.sm_count >= 100 && dev.smem_per_block >= 200 * 1024)
+        EXPECT_GE(smaller, 1) << "no call took the smaller x window on this device";
 }
 
 // Same inputs → the same bits: y rows gathered through dest, f32 weights, optional shared expert
