@@ -447,6 +447,18 @@ template <class F> void with_instance(int nt, int ks, F&& f) {
     else f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
 }
 
+// Call a's plan on this device (d: its dims): f(NT and KS as integral constants, the plan, its x
+// window). The launcher and the tests' query (moe_w4a16_mma_x_rows) both plan through it.
+template <bool SILU, class F>
+void with_call_plan(backend& be, const moe_matmul_args& a, const w4a16_sm80_dims& d, F&& f) {
+    const int sms = be.device().sm_count, budget = x_budget(be.device());
+    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(a.experts->size()), sms);
+    with_instance(pl.nt, pl.ks, [&](auto nt, auto ks) {
+        constexpr int NT = decltype(nt)::value, KS = decltype(ks)::value;
+        f(nt, ks, pl, plan_window<NT, KS, SILU>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms));
+    });
+}
+
 // The grouped matmul a (n_ff 0) or moe_matmul_silu's fused form into out ([n_rows, n_ff]).
 template <bool SILU>
 void mma_launch(backend& be, const moe_matmul_args& a, void* out, int64_t n_ff) {
@@ -461,14 +473,10 @@ void mma_launch(backend& be, const moe_matmul_args& a, void* out, int64_t n_ff) 
     p.offsets = a.expert_offsets.ptr<const int32_t>(), p.table = table;
     p.ne = int(ex.size()), p.n = int(a.n), p.k = int(a.k);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups), p.win_groups = 1;
-    const int sms = be.device().sm_count;
-    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(ex.size()), sms);
     const int budget = x_budget(be.device());
     const bool pdl = pdl_enabled(be);
-    with_instance(pl.nt, pl.ks, [&](auto nt, auto ks) {
-        constexpr int NT = decltype(nt)::value, KS = decltype(ks)::value;
-        const x_window w = plan_window<NT, KS, SILU>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms);
-        launch_nt<NT, KS, SILU>(p, d, pl.items, w, budget, s, pdl);
+    with_call_plan<SILU>(be, a, d, [&](auto nt, auto ks, const mma_plan& pl, const x_window& w) {
+        launch_nt<decltype(nt)::value, decltype(ks)::value, SILU>(p, d, pl.items, w, budget, s, pdl);
     });
 }
 
@@ -504,15 +512,10 @@ int moe_w4a16_mma_ks(int64_t n, int64_t k, int64_t n_rows, int64_t n_expert, int
 
 int moe_w4a16_mma_x_rows(backend& be, const moe_matmul_args& a, bool silu) {
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(a.n, a.k);
-    const int sms = be.device().sm_count;
-    const mma_plan pl = plan_of(d.n_tiles, a.n_rows, int64_t(a.experts->size()), sms);
     int rows = 0;
-    with_instance(pl.nt, pl.ks, [&](auto nt, auto ks) {
-        constexpr int NT = decltype(nt)::value, KS = decltype(ks)::value;
-        const int budget = x_budget(be.device());
-        rows = silu ? plan_window<NT, KS, true>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms).rows
-                    : plan_window<NT, KS, false>(d.n_tiles, pl.items, d.k_groups, budget, a.rows_per_expert_max, sms).rows;
-    });
+    auto take = [&](auto, auto, const mma_plan&, const x_window& w) { rows = w.rows; };
+    if (silu) with_call_plan<true>(be, a, d, take);
+    else with_call_plan<false>(be, a, d, take);
     return rows;
 }
 
