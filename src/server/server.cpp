@@ -144,8 +144,9 @@ void openai_server::impl::setup_routes() {
     http.set_pre_routing_handler([this](const Request& req, Response& res) {
         // CORS preflights are answered before the API key check (browsers send no credentials there)
         const std::string origin = req.get_header_value("Origin");
-        if (is_cors_preflight(req.method, origin, req.get_header_value("Access-Control-Request-Method"))) {
-            cors_preflight p = cors_preflight_response(cfg.cors, origin, req.get_header_value("Access-Control-Request-Method"),
+        const std::string request_method = req.get_header_value("Access-Control-Request-Method");
+        if (is_cors_preflight(req.method, origin, request_method)) {
+            cors_preflight p = cors_preflight_response(cfg.cors, origin, request_method,
                                                        req.get_header_value("Access-Control-Request-Headers"));
             res.status = p.status;
             for (const auto& h : p.headers) res.set_header(h.first.c_str(), h.second);
