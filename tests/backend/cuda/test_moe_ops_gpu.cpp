@@ -530,15 +530,7 @@ TEST(moe_ops_gpu, matmul_w4a16_mma_rows_per_expert_window) {
     force_kernel fs("moe_matmul_silu", "moe_matmul_silu_nvfp4_w4a16_mma_sm80");
     int smaller = 0;
     for (int64_t tokens : {1, 2, 3, 4, 8}) {
-        std::vector<int32_t> ids;
-        for (int64_t t = 0; t < tokens; ++t) {
-            std::vector<int32_t> pick;
-            while (int64_t(pick.size()) < topk) {
-                const int32_t e = int32_t(r.randint(0, ne - 1));
-                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
-            }
-            ids.insert(ids.end(), pick.begin(), pick.end());
-        }
+        const std::vector<int32_t> ids = random_assignment(r, tokens, ne, topk);
         std::vector<int32_t> counts(size_t(ne), 0), off = {0};
         for (int32_t e : ids) ++counts[size_t(e)];
         for (int64_t e = 0; e < ne; ++e) off.push_back(off.back() + counts[size_t(e)]);
