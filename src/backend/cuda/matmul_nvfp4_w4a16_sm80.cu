@@ -132,7 +132,7 @@ __device__ __forceinline__ void compute_chunk(const uint4& q, uint32_t two, cons
 // cp.async of this lane's 16 B of a chunk into ring slot `slot` (zeros when !ok: past the last
 // chunk or an idle warp; the source is then not read, the pointer is clamped anyway).
 __device__ __forceinline__ void fetch_chunk(const small_params& p, bool ok, const uint4* src, uint32_t slot) {
-    cp_async16(slot, ok ? src : p.codes, ok ? 16 : 0);
+    cp_async16_w(slot, ok ? src : p.codes, ok ? 16 : 0);
 }
 
 // The inner loop of both small-M kernels: one 512-k group of one warp's 16-row tile. Chunks go in
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
                     ring_sa + 512 * i);
         cp_async_commit();
     }
-    uint4 s_cur = active ? ld_stream(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
+    uint4 s_cur = active ? ld_stream_w(sbase + size_t(g0) * 32) : make_uint4(0, 0, 0, 0), s_next = s_cur;
     pdl_wait();
     // matmul_silu is followed directly by a matmul (down), whose CTAs, launched early, would stream
     // their weights on the SMs this grid still needs (the busiest carry two of its CTAs): it lets the
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(THREADS, ctas_per_sm<NT>::value) matmul_nvfp4_
         const __nv_bfloat16* xg = xs + ((grp - g0) & 1) * slot_elems;
         group_step<NT, A>(p, ring, ring_sa, grp == g0, n_cur, xg, s_cur, more, cnext, n_next, grp + 1,
                           xs + ((grp + 1 - g0) & 1) * slot_elems, acc, [&] {
-                              if (active && more) s_next = ld_stream(sbase + size_t(grp + 1) * 32);
+                              if (active && more) s_next = ld_stream_w(sbase + size_t(grp + 1) * 32);
                           });
         s_cur = s_next;
     }
@@ -518,7 +518,8 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
             cp_async_commit();
         }
     }
-    uint4 s_cur = active ? ld_stream(p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane) : make_uint4(0, 0, 0, 0);
+    uint4 s_cur =
+        active ? ld_stream_w(p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane) : make_uint4(0, 0, 0, 0);
     pdl_wait();  // as the small kernel: weights before, x (and every write) after
     pdl_trigger();
     stage_x(p, grp, xs);
@@ -550,7 +551,8 @@ __global__ void __launch_bounds__(THREADS, 2) matmul_nvfp4_w4a16_run_kernel(smal
                                   if (threadIdx.x == 0) first_old = atomicAdd(&p.counters[pend0], 1);
                                   signal = false, counted0 = true;
                               }
-                              if (active_n) s_next = ld_stream(p.scales + (size_t(tile_n) * p.k_groups + grp_n) * 32 + lane);
+                              if (active_n)
+                                  s_next = ld_stream_w(p.scales + (size_t(tile_n) * p.k_groups + grp_n) * 32 + lane);
                           });
         if (grp == p.k_groups - 1 || !more) {  // end of a segment (uniform over the CTA)
             const bool whole = seg_whole && grp == p.k_groups - 1;

@@ -210,9 +210,9 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32, SW_MIN_CTAS) sweep_kernel(s
             ok ? p.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
 #pragma unroll
         for (int c = 0; c < GROUP_CHUNKS; ++c)
-            cp_async16(smem_u32(wu + u * UNIT_U4 + c * 32 + lane), src + c * 32, ok ? 16 : 0);
+            cp_async16_w(smem_u32(wu + u * UNIT_U4 + c * 32 + lane), src + c * 32, ok ? 16 : 0);
         const uint4* ssrc = ok ? p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane : p.scales;
-        cp_async16(smem_u32(wu + u * UNIT_U4 + GROUP_CHUNKS * 32 + lane), ssrc, ok ? 16 : 0);
+        cp_async16_w(smem_u32(wu + u * UNIT_U4 + GROUP_CHUNKS * 32 + lane), ssrc, ok ? 16 : 0);
         cp_async_commit();
     }
     pdl_wait();

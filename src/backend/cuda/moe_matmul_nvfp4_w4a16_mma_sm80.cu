@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
     auto fetch = [&](int s) {
         if (!active || s >= steps) return;
         const int grp = s / CPG, i = s % CPG, c = grp * GROUP_CHUNKS + ks + KS * i;
-        if (c < p.k_chunks) cp_async16(ring_sa + (s % DEPTH) * 512, codes + size_t(grp) * gstride + 32 * (c % GROUP_CHUNKS), 16);
+        if (c < p.k_chunks)
+            cp_async16_w(ring_sa + (s % DEPTH) * 512, codes + size_t(grp) * gstride + 32 * (c % GROUP_CHUNKS), 16);
         if (i == 0) {
             const uint32_t* sc = scales + size_t(grp) * 32 * 4;
             const uint32_t dst = sring_sa + (grp % SQ) * 32 * SW * 4;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(THREADS) moe_w4a16_mma_kernel(mma_params p) {
                 cp_async4(dst, sc);
                 cp_async4(dst + 4, sc + 2);
             } else {
-                cp_async16(dst, sc, 16);
+                cp_async16_w(dst, sc, 16);
             }
         }
     };
