@@ -458,6 +458,87 @@ void matmul_silu_two_step(backend& be, const matmul_silu_args& a) {
     be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
+// decode_layers: the composition's own ops check every operand when they run; this checks what they
+// cannot see (one token, one sequence, the stack's shapes agree) and resolves the matmul mode.
+static decode_layers_args decode_layers_checked(const backend& b, const decode_layers_args& in) {
+    const char* op = "decode_layers";
+    decode_layers_args a = in;
+    TETRA_CHECK(!a.layers.empty(), "%s: no layers", op);
+    check_on(b, a.residual, op, "residual"), check_on(b, a.proj, op, "proj"), check_act(a.residual, op, "residual");
+    const int64_t hd = a.head_dim, heads = a.n_head + 2 * a.n_head_kv;
+    TETRA_CHECK(a.n_head > 0 && a.n_head_kv > 0 && hd > 0 && a.n_embd > 0 && a.n_ff > 0 && a.n_head % a.n_head_kv == 0,
+                "%s: n_head %lld, n_head_kv %lld, head_dim %lld, n_embd %lld, n_ff %lld: expected positive, n_head a "
+                "multiple of n_head_kv", op, (long long)a.n_head, (long long)a.n_head_kv, (long long)hd,
+                (long long)a.n_embd, (long long)a.n_ff);
+    check_shape(a.residual, {1, a.n_embd}, op, "residual"), check_shape(a.proj, {1, a.n_embd}, op, "proj");
+    check_shape(a.h, {1, a.n_embd}, op, "h"), check_shape(a.qkv, {1, heads, hd}, op, "qkv");
+    check_shape(a.q, {1, a.n_head, hd}, op, "q"), check_shape(a.attn, {1, a.n_head * hd}, op, "attn");
+    check_shape(a.gu, {1, 2 * a.n_ff}, op, "gu"), check_shape(a.gate, {1, a.n_ff}, op, "gate");
+    for (const tensor* t : {&a.proj, &a.h, &a.qkv, &a.q, &a.attn, &a.gu, &a.gate})
+        check_dtype(*t, a.residual.type, op, "scratch");
+    TETRA_CHECK(a.meta.n_seqs == 1, "%s: %d sequences; the op takes one decode token of one sequence", op,
+                a.meta.n_seqs);
+    matmul_mode mode = matmul_mode::AUTO;
+    for (size_t il = 0; il < a.layers.size(); ++il) {
+        const decode_layer_ref& L = a.layers[il];
+        const linear_weight* ws[4] = {L.qkv, L.o, L.gate_up, L.down};
+        const int64_t shapes[4][2] = {{heads * hd, a.n_embd}, {a.n_embd, a.n_head * hd}, {2 * a.n_ff, a.n_embd},
+                                      {a.n_embd, a.n_ff}};
+        for (int j = 0; j < 4; ++j) {
+            TETRA_CHECK(ws[j] && ws[j]->n_out == shapes[j][0] && ws[j]->n_in == shapes[j][1],
+                        "%s: layer %zu's %s weight is %s; expected [%lld, %lld]", op, il,
+                        j == 0 ? "qkv" : j == 1 ? "o" : j == 2 ? "gate_up" : "down",
+                        ws[j] ? strfmt("[%lld, %lld]", (long long)ws[j]->n_out, (long long)ws[j]->n_in).c_str()
+                              : "missing", (long long)shapes[j][0], (long long)shapes[j][1]);
+            const matmul_mode m = resolve_mode(b, *ws[j], in.mode);
+            TETRA_CHECK(mode == matmul_mode::AUTO || m == mode, "%s: layer %zu's linears resolve to modes %s and %s; "
+                        "the op takes one mode for the stack", op, il, matmul_mode_name(mode), matmul_mode_name(m));
+            mode = m;
+        }
+        check_on(b, L.k_cache, op, "k_cache"), check_rank(L.k_cache, 4, op, "k_cache");
+        check_shape(L.v_cache, L.k_cache.shape, op, "v_cache");
+        TETRA_CHECK(L.k_cache.dim(2) == a.n_head_kv && L.k_cache.dim(3) == hd,
+                    "%s: layer %zu's k_cache %s; expected [n_blocks, block_size, %lld, %lld]", op, il,
+                    L.k_cache.shape_str().c_str(), (long long)a.n_head_kv, (long long)hd);
+    }
+    a.mode = mode;
+    a.act = a.residual.type;
+    return a;
+}
+
+void decode_layers_composed(backend& be, const decode_layers_args& a) {
+    const int64_t heads = a.n_head + 2 * a.n_head_kv;
+    const tensor qkv_rows = tensor_reshape(a.qkv, {1, heads * a.head_dim});
+    for (size_t il = 0; il < a.layers.size(); ++il) {
+        const decode_layer_ref& L = a.layers[il];
+        if (il == 0 && a.first_plain) be.rms_norm(a.residual, L.attn_norm, a.eps, a.h);
+        else be.add_rms_norm(a.residual, a.proj, L.attn_norm, a.eps, a.h);
+        be.matmul(a.h, *L.qkv, qkv_rows, a.mode);
+        be.qkv_rope_store(a.qkv, L.q_norm, L.k_norm, a.eps, a.meta.positions, a.inv_freq, a.q, L.k_cache, L.v_cache,
+                          a.meta.slot_mapping);
+        be.attention(a.q, L.k_cache, L.v_cache, a.meta, a.scale, a.attn);
+        be.matmul(a.attn, *L.o, a.proj, a.mode);
+        be.add_rms_norm(a.residual, a.proj, L.ffn_norm, a.eps, a.h);
+        be.matmul_silu(a.h, *L.gate_up, a.gu, a.gate, a.mode);
+        be.matmul(a.gate, *L.down, a.proj, a.mode);
+    }
+}
+
+void backend::decode_layers(const decode_layers_args& in) {
+    decode_layers_args a = decode_layers_checked(*this, in);
+    run_op(*this, "decode_layers", a, {&a.residual, &a.proj});
+}
+
+bool backend::has_decode_layers(const decode_layers_args& in) const {
+    decode_layers_args a = decode_layers_checked(*this, in);
+    a.align = ptr_align({&a.residual, &a.proj});  // as run_op computes it
+    bool any = false;
+    for (const kernel_candidate& c : kernel_registry::instance().candidates("decode_layers", device(), &a))
+        any |= c.eligible;
+    // The compositions (every backend's, priority 0) are the caller's own sequence of ops: no gain.
+    return any && kernel_registry::instance().select("decode_layers", device(), a).priority != 0;
+}
+
 void backend::add(const tensor& x, const tensor& y, const tensor& out) {
     const char* op = "add";
     check_elementwise(*this, x, y, out, op, "a", "b");

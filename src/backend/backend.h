@@ -66,6 +66,8 @@ struct attn_metadata {
 enum class matmul_mode : uint8_t { AUTO, DENSE, W4A16, W4A4 };
 const char* matmul_mode_name(matmul_mode m);
 
+struct decode_layers_args;  // ops.h
+
 // ---- the backend ---------------------------------------------------------------------------------
 class backend {
   public:
@@ -175,6 +177,11 @@ class backend {
     // gu: [M, 2·n_ff] act scratch; out: [M, n_ff] act (must not overlap gu or x)
     void matmul_silu(const tensor& x, const linear_weight& gate_up, const tensor& gu, const tensor& out,
                      matmul_mode mode = matmul_mode::AUTO);
+    // The decoder layers of a batch-1 decode step as one op (ops.h decode_layers_args: the op, its
+    // shapes and the state it leaves). has_decode_layers: whether the kernel the registry would run
+    // fuses the layers (not a composition: every backend's priority-0 answer, and the CPU oracle).
+    void decode_layers(const decode_layers_args& a);
+    bool has_decode_layers(const decode_layers_args& a) const;
     // out = a + b (out may alias a or b).  a, b, out: same shape, act
     void add(const tensor& a, const tensor& b, const tensor& out);
     // out[r] = index of the max of x[r, :] (first on ties; a NaN counts as the max, as torch).

@@ -70,6 +70,38 @@ struct matmul_silu_args : op_args {
 // kernel (the oracle) and every backend's fallback kernel (backend.cpp).
 void matmul_silu_two_step(backend& be, const matmul_silu_args& a);
 
+// "decode_layers": the decoder layers of a batch-1 decode step (one token, one sequence) of a dense
+// model with fused qkv and gate/up projections, as one op (backend::decode_layers). Per layer, in
+// order: h = rms_norm(residual) (layer 0 when first_plain) or add_rms_norm(residual, proj); qkv =
+// h · Wqkv; qkv_rope_store (q/k norm when given, rope, k/v into the caches); attention; proj = attn ·
+// Wo; add_rms_norm(residual, proj, ffn_norm) → h; matmul_silu(h, gate_up) → gate; proj = gate · Wdown.
+// residual and proj are left as the unfused sequence leaves them (the caller's output norm adds proj).
+struct decode_layer_ref {
+    tensor attn_norm, ffn_norm, q_norm, k_norm;  // [n_embd] ×2, [head_dim] or empty ×2
+    const linear_weight* qkv = nullptr;          // [(n_head + 2·n_head_kv)·head_dim, n_embd]
+    const linear_weight* o = nullptr;            // [n_embd, n_head·head_dim]
+    const linear_weight* gate_up = nullptr;      // [2·n_ff, n_embd], the stacked [gate; up]
+    const linear_weight* down = nullptr;         // [n_embd, n_ff]
+    tensor k_cache, v_cache;                     // [n_blocks, block_size, n_head_kv, head_dim] act
+};
+struct decode_layers_args : op_args {
+    std::vector<decode_layer_ref> layers;
+    tensor residual, proj;  // [1, n_embd] act, in/out
+    bool first_plain = true;
+    // Scratch of the composition (kernels that fuse the layers need not touch them): h [1, n_embd],
+    // qkv [1, n_head + 2·n_head_kv, head_dim], q [1, n_head, head_dim], attn [1, n_head·head_dim],
+    // gu [1, 2·n_ff], gate [1, n_ff], all act.
+    tensor h, qkv, q, attn, gu, gate;
+    tensor inv_freq;  // f32 [head_dim/2 or fewer]
+    attn_metadata meta;
+    float eps = 1e-6f, scale = 1.0f;
+    matmul_mode mode = matmul_mode::W4A16;  // resolved for every linear of the stack
+    int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_ff = 0;
+};
+// decode_layers as the sequence of ops it stands for, through the registry (backend.cpp): the CPU
+// kernel (the oracle) and every backend's answer when no fused kernel takes the call.
+void decode_layers_composed(backend& be, const decode_layers_args& a);
+
 // "add". a, b, out: same shape act (flattened: numel)
 struct add_args : op_args { tensor a, b, out; };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/ops.h"
 #include "core/error.h"
 
 namespace tetra {
@@ -142,7 +143,8 @@ class dense_decoder final : public causal_lm {
         if (run(step_op::EMBEDDING)) be_.embedding(w_.embed, b.ids, residual);
         tap("embd", -1, residual);
         bool normed = false;  // the previous MoE layer's combine already ran this norm (moe_combine_norm)
-        for (int il = 0; il < int(c.n_layer); ++il) {
+        const bool stacked = n == 1 && decode_stack(b, kv, residual, proj, h, q, attn, gate);
+        for (int il = stacked ? int(c.n_layer) : 0; il < int(c.n_layer); ++il) {
             const decoder_layer_weights& L = w_.layers[size_t(il)];
             if (run(step_op::ATTN_NORM) && !normed) {
                 if (il == 0) be_.rms_norm(residual, L.attn_norm, c.rms_norm_eps, h);
@@ -225,6 +227,42 @@ class dense_decoder final : public causal_lm {
                                                   inv_freq_, q_, k_cache);
         }
         return fused_stage_ == 1;
+    }
+    // A batch-1 decode step's layers as one op (backend::decode_layers) where every layer is dense
+    // with fused qkv and gate/up, nothing observes the layers (no tap, no skipped op class) and the
+    // backend has a kernel for it; false: the caller runs the layers op by op. The op is the same
+    // sequence of ops as the loop below (the CPU backend runs exactly that), or one persistent CUDA
+    // kernel (docs/cuda-backend.md).
+    bool decode_stack(const forward_batch& b, kv_cache& kv, const tensor& residual, const tensor& proj,
+                      const tensor& h, const tensor& q, const tensor& attn, const tensor& gate) {
+        const model_config& c = cfg_;
+        if (tap_ || ops_.skip != 0 || b.meta.n_seqs != 1 || !gu_.data || !qkv_.data) return false;
+        for (const auto& L : w_.layers)
+            if (L.moe || !L.fused_qkv || !L.mlp.fused) return false;
+        if (!fused_stage(w_.layers[0], kv.k[0])) return false;
+        decode_layers_args a;
+        for (size_t il = 0; il < w_.layers.size(); ++il) {
+            const decoder_layer_weights& L = w_.layers[il];
+            decode_layer_ref r;
+            r.attn_norm = L.attn_norm, r.ffn_norm = L.ffn_norm;
+            if (c.qk_norm) r.q_norm = L.q_norm, r.k_norm = L.k_norm;
+            r.qkv = &L.qkv, r.o = &L.o, r.gate_up = &L.mlp.gate_up, r.down = &L.down;
+            r.k_cache = kv.k[il], r.v_cache = kv.v[il];
+            a.layers.push_back(r);
+        }
+        const int64_t heads = c.n_head + 2 * c.n_head_kv;
+        a.residual = residual, a.proj = proj, a.first_plain = true, a.h = h;
+        a.qkv = tensor_reshape(tensor_rows(qkv_, 0, 1), {1, heads, c.head_dim}), a.q = q, a.attn = attn;
+        a.gu = tensor_rows(gu_, 0, 1), a.gate = gate, a.inv_freq = inv_freq_, a.meta = b.meta;
+        a.eps = c.rms_norm_eps, a.scale = 1.0f / std::sqrt(float(c.head_dim)), a.mode = mode_;
+        a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = c.head_dim, a.n_embd = c.n_embd, a.n_ff = c.n_ff;
+        if (!be_.has_decode_layers(a)) return false;
+        for (int64_t il = 0; il < c.n_layer; ++il)  // the classes the op stands for, as the loop counts them
+            for (step_op o : {step_op::ATTN_NORM, step_op::QKV, step_op::ROPE_KV, step_op::ATTENTION, step_op::O_PROJ,
+                              step_op::FFN_NORM, step_op::GATE_UP, step_op::DOWN})
+                ops_.run(o);
+        be_.decode_layers(a);
+        return true;
     }
     // One matmul into [n, q | k | v]. One row (batch-1 decode): q, k, v become views of it (no
     // copy). More rows: the parts are gathered by head rows into the q/k/v buffers (get_rows).

@@ -242,6 +242,20 @@ TEST(forward_gpu, smollm2_135m_taps_and_64_greedy_steps) { check_config("smollm2
 TEST(forward_gpu, qwen3_0_6b_taps_and_64_greedy_steps) { check_config("qwen3-0.6b-nvfp4"); }
 // Qwen3-MoE (4 layers, one dense, 16 experts top-2): route/permute/grouped matmul/combine on the GPU.
 // At most 2 flipped tokens per tap (a flip at layer l persists in that token's later taps) and 8 ties.
+// The decode steps through the persistent decode_layers kernel (forced: the registry ranks it below
+// the step op by op on an H100; the taps run op by op, the greedy steps through the kernel).
+struct force_persistent {
+    force_persistent() { setenv("TETRA_KERNEL", "decode_layers:decode_layers_persistent_sm90", 1); }
+    ~force_persistent() { unsetenv("TETRA_KERNEL"); }
+};
+TEST(forward_gpu, smollm2_135m_persistent_decode_layers) {
+    force_persistent f;
+    check_config("smollm2-135m-nvfp4");
+}
+TEST(forward_gpu, qwen3_0_6b_persistent_decode_layers) {
+    force_persistent f;
+    check_config("qwen3-0.6b-nvfp4");
+}
 TEST(forward_gpu, qwen3_moe_tiny_taps_and_64_greedy_steps) { check_config("qwen3-moe-tiny-nvfp4", 2, 8); }
 // --dtype float32 on the GPU against the f32 CPU engine: no routing flip and at most one
 // teacher-forced tie expected (each asserted inside the f32 tie band).

@@ -22,6 +22,7 @@ void register_kernels(kernel_registry& r) {
     register_rope(r);
     register_kv_store(r);
     register_qkv_rope_store(r);
+    register_decode_layers(r);
     register_attention(r);
     register_matmul_dense(r);
     register_matmul_nvfp4_w4a16(r);

@@ -19,6 +19,7 @@ void register_add_rms_norm(kernel_registry& r);
 void register_rope(kernel_registry& r);
 void register_kv_store(kernel_registry& r);
 void register_qkv_rope_store(kernel_registry& r);  // qkv_rope_store_cpu.cpp
+void register_decode_layers(kernel_registry& r);    // decode_layers_cpu.cpp
 void register_attention(kernel_registry& r);
 void register_matmul_dense(kernel_registry& r);
 void register_matmul_nvfp4_w4a16(kernel_registry& r);

@@ -66,6 +66,7 @@ void register_add_rms_norm(kernel_registry& r);
 void register_rope(kernel_registry& r);
 void register_kv_store(kernel_registry& r);
 void register_qkv_rope_store(kernel_registry& r);  // qkv_rope_store_sm80.cu
+void register_decode_layers(kernel_registry& r);    // decode_layers_sm90.cu
 void register_attention_prefill(kernel_registry& r);
 void register_attention_decode(kernel_registry& r);
 void register_attention_decode_v2(kernel_registry& r);
