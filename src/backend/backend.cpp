@@ -478,7 +478,11 @@ static decode_layers_args decode_layers_checked(const backend& b, const decode_l
         check_dtype(*t, a.residual.type, op, "scratch");
     TETRA_CHECK(a.meta.n_seqs == 1, "%s: %d sequences; the op takes one decode token of one sequence", op,
                 a.meta.n_seqs);
-    matmul_mode mode = matmul_mode::AUTO;
+    check_on(b, a.inv_freq, op, "inv_freq"), check_rank(a.inv_freq, 1, op, "inv_freq");
+    check_dtype(a.inv_freq, dtype::F32, op, "inv_freq");
+    for (const tensor* t : {&a.meta.positions, &a.meta.seq_lens_kv, &a.meta.block_tables, &a.meta.slot_mapping})
+        check_on(b, *t, op, "meta"), check_dtype(*t, dtype::I32, op, "meta");
+    a.all_w4a16 = true;
     for (size_t il = 0; il < a.layers.size(); ++il) {
         const decode_layer_ref& L = a.layers[il];
         const linear_weight* ws[4] = {L.qkv, L.o, L.gate_up, L.down};
@@ -490,18 +494,18 @@ static decode_layers_args decode_layers_checked(const backend& b, const decode_l
                         j == 0 ? "qkv" : j == 1 ? "o" : j == 2 ? "gate_up" : "down",
                         ws[j] ? strfmt("[%lld, %lld]", (long long)ws[j]->n_out, (long long)ws[j]->n_in).c_str()
                               : "missing", (long long)shapes[j][0], (long long)shapes[j][1]);
-            const matmul_mode m = resolve_mode(b, *ws[j], in.mode);
-            TETRA_CHECK(mode == matmul_mode::AUTO || m == mode, "%s: layer %zu's linears resolve to modes %s and %s; "
-                        "the op takes one mode for the stack", op, il, matmul_mode_name(mode), matmul_mode_name(m));
-            mode = m;
+            a.all_w4a16 &= resolve_mode(b, *ws[j], in.mode) == matmul_mode::W4A16;
         }
+        for (const tensor* t : {&L.attn_norm, &L.ffn_norm})
+            check_on(b, *t, op, "attn_norm/ffn_norm"), check_shape(*t, {a.n_embd}, op, "attn_norm/ffn_norm");
+        for (const tensor* t : {&L.q_norm, &L.k_norm})  // optional (empty: no q/k norm)
+            if (!t->empty()) check_on(b, *t, op, "q_norm/k_norm"), check_shape(*t, {hd}, op, "q_norm/k_norm");
         check_on(b, L.k_cache, op, "k_cache"), check_rank(L.k_cache, 4, op, "k_cache");
         check_shape(L.v_cache, L.k_cache.shape, op, "v_cache");
-        TETRA_CHECK(L.k_cache.dim(2) == a.n_head_kv && L.k_cache.dim(3) == hd,
-                    "%s: layer %zu's k_cache %s; expected [n_blocks, block_size, %lld, %lld]", op, il,
-                    L.k_cache.shape_str().c_str(), (long long)a.n_head_kv, (long long)hd);
+        TETRA_CHECK(L.k_cache.dim(1) == a.meta.block_size && L.k_cache.dim(2) == a.n_head_kv && L.k_cache.dim(3) == hd,
+                    "%s: layer %zu's k_cache %s; expected [n_blocks, %d, %lld, %lld] (block_size from the metadata)",
+                    op, il, L.k_cache.shape_str().c_str(), a.meta.block_size, (long long)a.n_head_kv, (long long)hd);
     }
-    a.mode = mode;
     a.act = a.residual.type;
     return a;
 }

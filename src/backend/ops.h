@@ -95,7 +95,8 @@ struct decode_layers_args : op_args {
     tensor inv_freq;  // f32 [head_dim/2 or fewer]
     attn_metadata meta;
     float eps = 1e-6f, scale = 1.0f;
-    matmul_mode mode = matmul_mode::W4A16;  // resolved for every linear of the stack
+    matmul_mode mode = matmul_mode::AUTO;  // passed to every matmul, as the layer loop does
+    bool all_w4a16 = false;                // set by the op: every linear resolves to W4A16 under `mode`
     int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_ff = 0;
 };
 // decode_layers as the sequence of ops it stands for, through the registry (backend.cpp): the CPU

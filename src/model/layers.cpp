@@ -262,6 +262,7 @@ class dense_decoder final : public causal_lm {
                               step_op::FFN_NORM, step_op::GATE_UP, step_op::DOWN})
                 ops_.run(o);
         be_.decode_layers(a);
+        ++stacked_forwards_;
         return true;
     }
     // One matmul into [n, q | k | v]. One row (batch-1 decode): q, k, v become views of it (no

@@ -54,6 +54,8 @@ class causal_lm {
     // The runner keys its captured graphs by this mask, so a graph is replayed only under its own.
     void set_skip_ops(uint32_t mask) { ops_.skip = mask; }
     const step_ops& ops() const { return ops_; }
+    // Forwards whose layers ran as one backend op (backend::decode_layers; dense_decoder::decode_stack).
+    int64_t stacked_forwards() const { return stacked_forwards_; }
 
   protected:
     causal_lm(const model_config& c, backend& be, int64_t max_tokens, dtype act)
@@ -64,6 +66,7 @@ class causal_lm {
     dtype act_;
     tap_fn tap_;
     step_ops ops_;
+    int64_t stacked_forwards_ = 0;
 };
 
 struct model_options {

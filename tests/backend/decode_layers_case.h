@@ -18,6 +18,7 @@ struct stack_shape {
     int pos;  // the decode token's position: pos earlier positions are in the cache
     bool first_plain;
     int64_t block_size = 16;
+    dtype norm_type = dtype::BF16;
 };
 
 struct stack_host {
@@ -41,7 +42,7 @@ inline stack_host make_stack(const stack_shape& s, uint64_t seed) {
         h.lin.push_back(random_linear(r, 2 * s.n_ff, s.n_embd, true, 1.0f / 64));
         h.lin.push_back(random_linear(r, s.n_embd, s.n_ff, true, 1.0f / 64));
         auto norm = [&](int64_t n) {
-            tensor t = tensor::alloc(dtype::BF16, {n});
+            tensor t = tensor::alloc(s.norm_type, {n});
             for (int64_t i = 0; i < n; ++i) write_elem(t, i, r.uniform(0.5, 1.5));
             return t;
         };

@@ -89,7 +89,9 @@ double nmse(const std::vector<double>& got, const std::vector<double>& ref) {
 // and the oracle is the f32 CPU engine: only the order of f32 sums and libm vs CUDA expf differ, so
 // taps must agree to NMSE 1e-9 (measured ~1e-13) and the tie band is 2^-16 of max|logit| (f32
 // noise is ~1e-7 relative).
-void check_config(const std::string& name, int routing_flips = 0, int max_ties = 4, bool f32 = false) {
+// stacked: the decode steps must run the layers as one op (backend::decode_layers), else none may.
+void check_config(const std::string& name, int routing_flips = 0, int max_ties = 4, bool f32 = false,
+                  bool stacked = false) {
     ASSERT_GT(cuda_device_count(), 0) << "gpu test needs a CUDA device";
     model_config c = load_model_config(std::string(TETRA_SOURCE_DIR) + "/configs/" + name);
     dummy_options dop;
@@ -233,6 +235,8 @@ void check_config(const std::string& name, int routing_flips = 0, int max_ties =
                 "free-running GPU = bf16 oracle for %d of 65 tokens, = f32 CPU for %d\n",
                 name.c_str(), delta, oracle.min_gap, ref32.min_gap, ties, first_diff(oracle.tokens, g_graph.tokens),
                 first_diff(ref32.tokens, g_graph.tokens));
+    if (stacked) EXPECT_GE(gpu.lm->stacked_forwards(), 64) << name << ": the decode steps did not run decode_layers";
+    else EXPECT_EQ(gpu.lm->stacked_forwards(), 0) << name << ": a decode step ran decode_layers unforced";
     if (oracle.min_gap > delta)
         EXPECT_EQ(oracle.tokens, g_graph.tokens) << name << ": no near-tie on the oracle's path, yet the GPU's greedy "
                                               << "tokens differ at step " << first_diff(oracle.tokens, g_graph.tokens);
@@ -240,8 +244,6 @@ void check_config(const std::string& name, int routing_flips = 0, int max_ties =
 
 TEST(forward_gpu, smollm2_135m_taps_and_64_greedy_steps) { check_config("smollm2-135m-nvfp4"); }
 TEST(forward_gpu, qwen3_0_6b_taps_and_64_greedy_steps) { check_config("qwen3-0.6b-nvfp4"); }
-// Qwen3-MoE (4 layers, one dense, 16 experts top-2): route/permute/grouped matmul/combine on the GPU.
-// At most 2 flipped tokens per tap (a flip at layer l persists in that token's later taps) and 8 ties.
 // The decode steps through the persistent decode_layers kernel (forced: the registry ranks it below
 // the step op by op on an H100; the taps run op by op, the greedy steps through the kernel).
 struct force_persistent {
@@ -250,12 +252,14 @@ struct force_persistent {
 };
 TEST(forward_gpu, smollm2_135m_persistent_decode_layers) {
     force_persistent f;
-    check_config("smollm2-135m-nvfp4");
+    check_config("smollm2-135m-nvfp4", 0, 4, false, true);
 }
 TEST(forward_gpu, qwen3_0_6b_persistent_decode_layers) {
     force_persistent f;
-    check_config("qwen3-0.6b-nvfp4");
+    check_config("qwen3-0.6b-nvfp4", 0, 4, false, true);
 }
+// Qwen3-MoE (4 layers, one dense, 16 experts top-2): route/permute/grouped matmul/combine on the GPU.
+// At most 2 flipped tokens per tap (a flip at layer l persists in that token's later taps) and 8 ties.
 TEST(forward_gpu, qwen3_moe_tiny_taps_and_64_greedy_steps) { check_config("qwen3-moe-tiny-nvfp4", 2, 8); }
 // --dtype float32 on the GPU against the f32 CPU engine: no routing flip and at most one
 // teacher-forced tie expected (each asserted inside the f32 tie band).

@@ -4,8 +4,10 @@
 // the compiled image list; a device that none of the compiled images runs on is refused here.
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -265,6 +267,23 @@ cuda_backend& as_cuda(backend& b) {
 
 cudaStream_t stream_of(backend& b) { return as_cuda(b).stream(); }
 void* scratch(backend& b, size_t bytes) { return as_cuda(b).scratch(bytes); }
+
+void* zeroed_buffer(cudaStream_t s, size_t bytes, int key) {
+    static std::mutex mu;
+    static auto* bufs = new std::map<std::tuple<int, cudaStream_t, int>, std::pair<void*, size_t>>();
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto& b = (*bufs)[{dev, s, key}];
+    if (b.second < bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (b.first) CUDA_CHECK(cudaFree(b.first));
+        CUDA_CHECK(cudaMalloc(&b.first, bytes));
+        CUDA_CHECK(cudaMemset(b.first, 0, bytes));
+        b.second = bytes;
+    }
+    return b.first;
+}
 bool pdl_enabled(backend& b) {
     static const bool on = env_int("TETRA_PDL", 1) != 0;
     // the loaded image, not the device: an sm_80/89 image running on sm_90+ has no pdl_wait()

@@ -44,6 +44,12 @@ int64_t static_smem_bytes(const void* kern, int64_t allowance, const char* who);
 // 16 static bytes).
 int64_t dynamic_smem_cap(const void* kern, int64_t allowance, const char* who);
 
+// A device buffer of at least `bytes`, zeroed when (re)allocated, one per (device, stream, key): the
+// counters that kernels must find zero and leave zero between launches (W4A16 split-K tickets: key
+// 0; decode_layers_persistent_sm90: key 1). A growth synchronizes the stream: size it before graph
+// capture.
+void* zeroed_buffer(cudaStream_t s, size_t bytes, int key);
+
 // Requirements of a kernel that runs on devices ≥ min_cc for the given activation dtypes and needs
 // the loaded image to provide `features` (arch.h bits; e.g. FEAT_CVT_E2M1 for a hardware-e2m1
 // kernel, which implies an sm_100a/120a/121a-style image).

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
+#include "backend/cuda/mbarrier.cuh"
 #include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
@@ -18,9 +19,7 @@ using namespace w4a16;
 // 16 consumer warps: the matmul units are latency-bound per warp (8 warps: 250 µs for three 8B
 // layers, 16: 230; docs/perf.md, session 25), so more warps drain the ring faster.
 constexpr int CONSUMER_WARPS = 16, CONSUMERS = CONSUMER_WARPS * 32, THREADS = CONSUMERS + 32;
-// Weight units in flight per CTA at most: bytes requested beyond what the bandwidth needs only queue
-// (4, 8 and 16 measured alike).
-constexpr int WINDOW = 8;
+constexpr int MAX_KV = 256;  // kv heads: the counter buffer has a fixed size (it never moves under a graph)
 constexpr int UNIT_U4 = GROUP_CHUNKS * 32 + 32;  // one (tile, 512-k group): 8 chunks of codes, then its scales
 constexpr int UNIT_BYTES = UNIT_U4 * 16;        // 4608
 constexpr int MAX_G = 8;                        // q heads per kv head
@@ -85,26 +84,6 @@ struct params {
 #endif
 
 #if TETRA_DL_OK
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"

@@ -7,7 +7,7 @@
 //     o, gate/up and down units (a 16-row tile × one 512-k group: 4 KB of codes + 512 B of scales,
 //     w4a16_layout.h) — by bulk copies into a ring of shared-memory slots (mbarrier per slot, full
 //     and empty), running as far ahead as the ring allows, across layer boundaries;
-//   - the 8 consumer warps follow the layer's dependency chain: the norm (each CTA computes the whole
+//   - the 16 consumer warps follow the layer's dependency chain: the norm (each CTA computes the whole
 //     normed row itself from the residual and the last projection: no extra grid barrier), its units
 //     of the matmul (the sweep kernel's arithmetic: chunk_mma_n8 per chunk, two accumulators by chunk
 //     parity, f32 group sums in shared memory added in group order, so a row's bits depend only on k),
@@ -23,7 +23,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +39,9 @@ namespace {
 using namespace dl;
 using bf16 = __nv_bfloat16;
 
+// The device code below needs sm_90 (bulk copies, mbarrier tx counts); other images get an empty
+// kernel that the registry never selects (FEAT_TMA).
+#if TETRA_DL_OK
 // ---- consumers: the norms --------------------------------------------------------------------------
 __device__ __forceinline__ float consumers_sum(float v, float* part) {
     v = warp_sum(v);
@@ -122,7 +124,6 @@ struct ring_view {
 
 __device__ void matmul_units(const params& p, int il, int ph, const ring_view& rv, uint32_t& base, const uint4* xs,
                              float* red) {
-#if TETRA_DL_OK
     const share s = share_of(p, il, ph);
     const int units = s.count * s.per_tile, kg = p.kg[ph];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -171,7 +172,6 @@ __device__ void matmul_units(const params& p, int il, int ph, const ring_view& r
             out[n] = __float2bfloat16_rn(sum * alpha);
         }
     }
-#endif
 }
 
 // ---- consumers: the attention items of a layer ---------------------------------------------------------
@@ -409,6 +409,8 @@ __device__ void attention_layer(const params& p, int il, const step_plan& sp, co
     }
 }
 
+#endif  // TETRA_DL_OK
+
 // ---- the kernel -------------------------------------------------------------------------------------------
 template <int HD>
 __global__ void __launch_bounds__(THREADS, 1) decode_layers_kernel(const __grid_constant__ params p) {
@@ -432,7 +434,8 @@ __global__ void __launch_bounds__(THREADS, 1) decode_layers_kernel(const __grid_
     // layer, so the block-table lookups leave the layers' critical path.
     __shared__ int rows[MAX_P];
     step_plan sp;
-    sp.pos = p.positions[0], sp.len = min(p.seq_lens[0], sp.pos + 1);
+    sp.pos = p.positions[0], sp.len = p.seq_lens[0];
+    if (sp.pos < 0 || sp.len != sp.pos + 1) __trap();  // not a decode token at the end of its sequence
     split_plan(p, sp.len, sp.P, sp.S);
     if (int(blockIdx.x) < p.n_kv * sp.S) {
         const int p0 = (int(blockIdx.x) % sp.S) * sp.P, np = min(sp.len, p0 + sp.P) - p0;
@@ -441,8 +444,10 @@ __global__ void __launch_bounds__(THREADS, 1) decode_layers_kernel(const __grid_
     __syncthreads();
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warp: each lane issues every 32nd unit of the step
-        // (one thread alone is latency-bound at ~2 units per µs: half the bandwidth an SM needs)
-        const int W = WINDOW, lane = threadIdx.x & 31, lanes = max(1, min(32, R - W));
+        // (one thread alone is latency-bound at ~2 units per µs: half the bandwidth an SM needs). A lane
+        // waits for the slot's previous unit to be consumed; with at most R lanes per batch that unit is
+        // in an earlier batch, already issued, so the parity wait cannot pass on an older phase.
+        const int lane = threadIdx.x & 31, lanes = min(32, R);
         const uint64_t pol = weight_policy();  // L2 evict_first
         uint32_t ibase = 0;
         for (int il = 0; il < p.n_layer; ++il)
@@ -457,10 +462,6 @@ __global__ void __launch_bounds__(THREADS, 1) decode_layers_kernel(const __grid_
                         unit_of(p, ph, s, u, tile, grp, lt);
                         const uint32_t i = ibase + uint32_t(u), slot = i % uint32_t(R);
                         if (i >= uint32_t(R)) mbar_wait(bars + 8 * (R + slot), ((i / uint32_t(R)) - 1u) & 1u);
-                        if (i >= uint32_t(W)) {  // unit i - W has landed
-                            const uint32_t j = i - uint32_t(W);
-                            mbar_wait(bars + 8 * (j % uint32_t(R)), (j / uint32_t(R)) & 1u);
-                        }
                         const uint32_t full = bars + 8 * slot, dst = smem_u32(ring + size_t(slot) * UNIT_U4);
                         mbar_expect_tx(full, UNIT_BYTES);
                         bulk_copy(dst, w.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, w.n_tiles) * 32,
@@ -513,24 +514,6 @@ __global__ void __launch_bounds__(THREADS, 1) decode_layers_kernel(const __grid_
 // ---- host ---------------------------------------------------------------------------------------------------
 constexpr int64_t SMEM_RESERVE = 2048;  // static __shared__ (part, flag, rows) and slack
 
-// Zeroed counters per (device, stream), kept zero by the kernel between launches.
-unsigned* counters_for(cudaStream_t s, int count) {
-    static std::mutex mu;
-    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<unsigned*, int>>();
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    auto& b = (*bufs)[{dev, s}];
-    if (b.second < count) {
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        if (b.first) CUDA_CHECK(cudaFree(b.first));
-        CUDA_CHECK(cudaMalloc(&b.first, size_t(count) * sizeof(unsigned)));
-        CUDA_CHECK(cudaMemset(b.first, 0, size_t(count) * sizeof(unsigned)));
-        b.second = count;
-    }
-    return b.first;
-}
-
 int kg_of(int64_t k) { return int((k + GROUP_K - 1) / GROUP_K); }
 
 // The launch geometry of a call: shared-memory regions and the ring's slots.
@@ -559,7 +542,10 @@ plan plan_of(const decode_layers_args& a, const device_info& dev) {
     pl.red_floats = int((red + 3) / 4 * 4);
     const int64_t fixed = int64_t(pl.x_u4) * 16 + int64_t(pl.red_floats) * 4 + hd * 4;
     const int64_t avail = dev.smem_per_block - SMEM_RESERVE - fixed;
-    pl.ring = avail > 0 ? int(avail / (UNIT_BYTES + 16)) : 0;
+    // A multiple of the consumer warps: consumer warp w takes a phase's units w, w + 16, …, so the unit
+    // a slot held before (R earlier) was this warp's own or a finished phase's, and the full barrier's
+    // parity wait cannot pass on the phase before it.
+    pl.ring = avail > 0 ? int(avail / (UNIT_BYTES + 16)) / CONSUMER_WARPS * CONSUMER_WARPS : 0;
     pl.smem = (2 * int64_t(pl.ring) * 8 + 15) / 16 * 16 + int64_t(pl.ring) * UNIT_BYTES + fixed;
     // splits per kv head: at most grid / n_kv while P < MAX_P, then as many as the longest context needs
     const int64_t max_ctx = a.meta.block_tables.rank() == 2 ? a.meta.block_tables.dim(1) * a.meta.block_size : 0;
@@ -567,9 +553,12 @@ plan plan_of(const decode_layers_args& a, const device_info& dev) {
     return pl;
 }
 
+bool aligned16(const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; }
+
 std::string decode_layers_accepts(const decode_layers_args& a) {
     if (a.act != dtype::BF16) return "needs bf16 activations";
-    if (a.mode != matmul_mode::W4A16) return strfmt("matmul mode %s (the kernel is W4A16)", matmul_mode_name(a.mode));
+    if (!a.all_w4a16) return "not every linear runs W4A16 (the kernel is W4A16 only)";
+    if (a.n_head_kv > MAX_KV) return strfmt("%lld kv heads (at most %d)", (long long)a.n_head_kv, MAX_KV);
     if (a.head_dim != 64 && a.head_dim != 128) return strfmt("head_dim %lld (64 or 128)", (long long)a.head_dim);
     if (a.n_head / a.n_head_kv > MAX_G)
         return strfmt("%lld q heads per kv head (at most %d)", (long long)(a.n_head / a.n_head_kv), MAX_G);
@@ -580,14 +569,27 @@ std::string decode_layers_accepts(const decode_layers_args& a) {
     if (a.meta.n_seqs != 1 || a.q.dim(0) != 1) return "not one decode token of one sequence";
     if (a.meta.block_tables.rank() != 2 || a.meta.block_size < 1) return "no block table";
     if (a.align < 16) return "tensors not 16-byte aligned";
+    int dev = 0, sms = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    device_info di;
+    di.sm_count = sms, di.smem_per_block = optin;
+    const plan pl = plan_of(a, di);
+    if (pl.ring < CONSUMER_WARPS)
+        return strfmt("%d weight slots fit beside the activations in %d B of shared memory (at least %d)", pl.ring,
+                      optin, CONSUMER_WARPS);
     for (const decode_layer_ref& L : a.layers) {
         for (const linear_weight* w : {L.qkv, L.o, L.gate_up, L.down}) {
             const std::string why = w4a16_sm80_weight_why_not(*w);
             if (!why.empty()) return why;
         }
         if (L.k_cache.type != dtype::BF16) return "bf16 KV caches only";
-        for (const tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm})
-            if (!t->empty() && t->type != L.attn_norm.type) return "the norm weights differ in dtype";
+        if (!aligned16(L.k_cache.data) || !aligned16(L.v_cache.data)) return "KV caches not 16-byte aligned";
+        for (const tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) {
+            if (!t->empty() && t->type != a.layers[0].attn_norm.type) return "the norm weights differ in dtype";
+            if (!t->empty() && !aligned16(t->data)) return "norm weights not 16-byte aligned";
+        }
         if (L.q_norm.empty() != a.layers[0].q_norm.empty() || L.k_norm.empty() != a.layers[0].k_norm.empty())
             return "q/k norms on some layers only";
     }
@@ -597,9 +599,6 @@ std::string decode_layers_accepts(const decode_layers_args& a) {
 template <int HD> void launch_hd(backend& be, const decode_layers_args& a) {
     const device_info& dev = be.device();
     const plan pl = plan_of(a, dev);
-    TETRA_CHECK(pl.ring >= 2 * WINDOW,
-                "decode_layers_persistent_sm90: %d weight slots fit in %lld B of shared memory (at least %d)", pl.ring,
-                (long long)dev.smem_per_block, 2 * WINDOW);
     auto kern = decode_layers_kernel<HD>;
     static std::mutex mu;
     {
@@ -638,7 +637,7 @@ template <int HD> void launch_hd(backend& be, const decode_layers_args& a) {
     p->attn = reinterpret_cast<bf16*>(base + off[2]), p->proj_o = reinterpret_cast<bf16*>(base + off[3]);
     p->act = reinterpret_cast<bf16*>(base + off[4]), p->partial = reinterpret_cast<float*>(base + off[5]);
     cudaStream_t s = stream_of(be);
-    p->counters = counters_for(s, C_TICKET + p->n_kv + 1);
+    p->counters = static_cast<unsigned*>(zeroed_buffer(s, size_t(C_TICKET + MAX_KV + 1) * sizeof(unsigned), 1));
     for (size_t il = 0; il < a.layers.size(); ++il) {
         const decode_layer_ref& L = a.layers[il];
         layer& d = p->layers[il];
@@ -675,7 +674,7 @@ void register_decode_layers(kernel_registry& r) {
     kernel_req req = cuda_req(90, {dtype::BF16}, FEAT_TMA);
     req.align = 16;
     // Priority -1, below the composition: on an H100 the step op by op is faster today (8-layer
-    // Llama-3.1-8B batch 1: 0.897 vs 1.039 ms; docs/perf.md, session 25), so the kernel runs only
+    // Llama-3.1-8B batch 1: 0.891 vs 1.015 ms; docs/perf.md, session 25), so the kernel runs only
     // when TETRA_KERNEL=decode_layers:decode_layers_persistent_sm90 forces it.
     r.add(make_kernel<decode_layers_args>("decode_layers", "decode_layers_persistent_sm90", req, -1,
                                           decode_layers_accepts, decode_layers_launch));

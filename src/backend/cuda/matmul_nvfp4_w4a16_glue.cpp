@@ -88,24 +88,8 @@ std::string w4a16_sm80_weight_why_not(const linear_weight& w) {
 
 namespace {
 
-// Split-K counters must stay zero between launches, so they live outside the shared scratch:
-// one zeroed buffer per (device, stream), grown before use (a growth synchronizes the stream).
-int* counters_for(cudaStream_t s, size_t count) {
-    static std::mutex mu;
-    static auto* bufs = new std::map<std::pair<int, cudaStream_t>, std::pair<int*, size_t>>();
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    auto& b = (*bufs)[{dev, s}];
-    if (b.second < count) {
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        if (b.first) CUDA_CHECK(cudaFree(b.first));
-        CUDA_CHECK(cudaMalloc(&b.first, count * sizeof(int)));
-        CUDA_CHECK(cudaMemset(b.first, 0, count * sizeof(int)));
-        b.second = count;
-    }
-    return b.first;
-}
+// Split-K counters must stay zero between launches, so they live outside the shared scratch.
+int* counters_for(cudaStream_t s, size_t count) { return static_cast<int*>(zeroed_buffer(s, count * sizeof(int), 0)); }
 
 std::string accepts_w4a16_sm80(const matmul_args& a) {
     if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";

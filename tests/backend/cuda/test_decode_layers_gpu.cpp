@@ -4,12 +4,14 @@
 // (576-wide rows: padded 512-k groups; 3 q heads per kv head), from the first position (no history)
 // to contexts with many splits per kv head and more attention items than CTAs. Checked: the
 // residual and proj it leaves, the new k/v rows of every layer, every other cache row untouched,
-// and the same bits on a repeated run. Tolerance: NMSE 2e-3 against the CPU (the three sides
-// round every op's output to bf16 but sum in different orders — matmul k order, the norms' and the
-// attention's reductions — so single bf16 roundings differ by an ulp and propagate through the
-// stack; measured values are printed).
+// and the same bits on a repeated run. Tolerance: the persistent kernel's NMSE against the CPU at most
+// 4× the CUDA composition's (≥ 1e-5): all three sides round every op's output to bf16 but sum in
+// different orders (matmul k order, the norms' and the attention's reductions), so single roundings
+// differ by an ulp and propagate; the composition's distance is what that costs on these shapes
+// (measured: persistent ≤ 1.1× the composition's, 0 to 1.4e-4; printed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -103,8 +105,8 @@ void check_stack(const std::string& name, const stack_shape& s) {
     const double e_base = worst_nmse(composed, ref, slot, "CUDA composition vs CPU");
     std::printf("[%s] worst NMSE: persistent vs CPU %.3g, vs CUDA composition %.3g; composition vs CPU %.3g\n",
                 name.c_str(), e_cpu, e_cuda, e_base);
-    EXPECT_LT(e_cpu, 2e-3);
-    EXPECT_LT(e_cuda, 2e-3);
+    EXPECT_LE(e_cpu, std::max(4 * e_base, 1e-5));
+    EXPECT_LE(e_cuda, std::max(4 * e_base, 1e-5));
 }
 
 }  // namespace
@@ -123,17 +125,23 @@ TEST(decode_layers_gpu, llama_like_many_splits) {
 TEST(decode_layers_gpu, qwen3_like) { check_stack("qwen3 pos 37", {1024, 16, 8, 128, 3072, 3, true, 37, false}); }
 // SmolLM2-like: 576-wide rows (two 512-k groups, the second padded), 3 q heads per kv head, head_dim 64.
 TEST(decode_layers_gpu, smollm2_like) { check_stack("smollm2 pos 300", {576, 9, 3, 64, 1536, 3, false, 300, false}); }
+// 8 q heads per kv head (the most it takes); 5120-wide rows (a second vector per thread in the norms)
+// with f32 norm weights.
+TEST(decode_layers_gpu, eight_q_heads_per_kv_head) {
+    check_stack("g8 pos 77", {1024, 16, 2, 128, 2048, 2, false, 77, false});
+}
+TEST(decode_layers_gpu, wide_rows_f32_norms) {
+    check_stack("wide pos 260", {5120, 16, 4, 128, 1024, 2, true, 260, false, 16, dtype::F32});
+}
 // More attention items than CTAs: 8 kv heads × 20 splits of 256 positions.
 TEST(decode_layers_gpu, long_context_items_beyond_the_grid) {
     check_stack("long pos 5000", {512, 16, 8, 64, 1024, 2, true, 5000, false});
 }
-// What it does not take, it refuses with the reason (forced: an error naming it; unforced: the
-// composition runs).
+// What it does not take, it refuses with the reason (forced: an error naming it).
 TEST(decode_layers_gpu, refuses_what_it_does_not_take) {
     const stack_host h = make_stack({512, 2, 1, 256, 512, 1, false, 3, false}, 3);
     backend& be = gpu_be();
     stack_side g = side_of(be, h);
-    EXPECT_FALSE(be.has_decode_layers(g.a)) << "below the composition by priority: not chosen unforced";
     force_kernel fk("decode_layers", "decode_layers_persistent_sm90");
     try {
         be.decode_layers(g.a);
