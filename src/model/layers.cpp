@@ -230,9 +230,10 @@ class dense_decoder final : public causal_lm {
     }
     // A batch-1 decode step's layers as one op (backend::decode_layers) where every layer is dense
     // with fused qkv and gate/up, nothing observes the layers (no tap, no skipped op class) and the
-    // backend has a kernel for it; false: the caller runs the layers op by op. The op is the same
-    // sequence of ops as the loop below (the CPU backend runs exactly that), or one persistent CUDA
-    // kernel (docs/cuda-backend.md).
+    // backend would run a fused kernel for it (has_decode_layers; today the persistent CUDA kernel,
+    // when TETRA_KERNEL forces it: docs/cuda-backend.md); false: the caller runs the layers op by op,
+    // which is what the op's composition kernels run too. Asked every step: the answer follows
+    // TETRA_KERNEL, and the arguments are host-side views (no device work).
     bool decode_stack(const forward_batch& b, kv_cache& kv, const tensor& residual, const tensor& proj,
                       const tensor& h, const tensor& q, const tensor& attn, const tensor& gate) {
         const model_config& c = cfg_;
