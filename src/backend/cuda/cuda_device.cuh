@@ -114,6 +114,18 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 #undef TETRA_MMA_OPERANDS
 }
 
+// ---- L2 policy of weight reads (sm_80+) -----------------------------------------------------------
+// Weights are read once per step, and a step reads far more of them than L2 holds: their copies carry
+// an L2 evict_first policy, so they do not push out what the step reads again on its critical path
+// (activations, norm weights, KV rows, kernel code): Llama-3.1-8B (8 layers) / Qwen3-30B-A3B (12
+// layers) batch 1 −3.2 % / −2.7 % on an H100 (docs/perf.md, session 25). Used by the W4A16 decode
+// kernels (matmul_nvfp4_w4a16_device.cuh), the bf16 GEMV and decode_layers_persistent_sm90.
+__device__ __forceinline__ uint64_t weight_policy() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 // ---- programmatic dependent launch (sm_90+) ------------------------------------------------------
 // A kernel launched with launch_pdl() may start while the previous kernel on the stream is still
 // finishing (its launch and prologue overlap that kernel's tail; in CUDA graphs too). Every such

@@ -24,13 +24,11 @@ constexpr int64_t TILE_BYTES_MAX = 48 << 10; // C·k·2 bytes of shared memory (
 constexpr int64_t GEMV_N_MAX = 512, GEMV_K_MAX = 16384, GEMV_NK_MAX = int64_t(1) << 22;
 constexpr int64_t GEMV_VOCAB_N_MIN = 16384, GEMV_VOCAB_M_MAX = 2;
 
-// The weight tile, with an L2 evict_first policy (read once per step: matmul_nvfp4_w4a16_device.cuh's
-// weight_policy).
+// The weight tile, with weight_policy() (cuda_device.cuh: L2 evict_first, read once per step).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "l"(pol)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem),
+                 "l"(weight_policy())
                  : "memory");
 }
 

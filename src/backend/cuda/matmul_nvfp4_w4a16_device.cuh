@@ -35,15 +35,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
-// Weights are read once per step, and a step reads far more of them than L2 holds: their copies carry
-// an L2 evict_first policy, so they do not push out what the step reads again on its critical path
-// (activations, norm weights, KV rows, kernel code): Llama-3.1-8B (8 layers) / Qwen3-30B-A3B (12
-// layers) batch 1 −3.2 % / −2.7 % on an H100 (docs/perf.md, session 25).
-__device__ __forceinline__ uint64_t weight_policy() {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
+// Weight copies with weight_policy() (cuda_device.cuh: L2 evict_first).
 __device__ __forceinline__ void cp_async16_w(uint32_t smem, const void* gmem, int src_bytes) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem), "l"(gmem),
                  "r"(src_bytes), "l"(weight_policy())
