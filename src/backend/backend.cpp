@@ -458,8 +458,9 @@ void matmul_silu_two_step(backend& be, const matmul_silu_args& a) {
     be.silu_mul_gate_up(a.mm.out, a.out);
 }
 
-// decode_layers: the composition's own ops check every operand when they run; this checks what they
-// cannot see (one token, one sequence, the stack's shapes agree) and resolves the matmul mode.
+// decode_layers: the composition's own ops check every operand when they run; this checks what a fused
+// kernel would rely on without them (one token, one sequence, the stack's shapes, norms, caches and
+// metadata) and sets all_w4a16 (whether every linear resolves to W4A16 under the requested mode).
 static decode_layers_args decode_layers_checked(const backend& b, const decode_layers_args& in) {
     const char* op = "decode_layers";
     decode_layers_args a = in;

@@ -184,9 +184,6 @@ __device__ __forceinline__ void split_plan(const params& p, int len, int& P, int
 }
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// One item (kv head hk, split s): its G q heads and the new k (q/k norm, rope, rounded as
-// qkv_rope_store stores them) and v, the scores of positions [p0, p1) (the current position's k/v
-// from shared memory), softmax, P·V; the output (S = 1) or the split's partial (o, m, l).
 // The cache row of position p0 + j of an item: from `rows` (the CTA's first item, looked up once per
 // launch) or the block table; -1 for the current position.
 __device__ __forceinline__ int64_t row_at(const params& p, const int* rows, int p0, int j, int pos) {
@@ -195,8 +192,9 @@ __device__ __forceinline__ int64_t row_at(const params& p, const int* rows, int 
     return pp == pos ? -1 : int64_t(p.block_table[pp / p.block_size]) * p.block_size + pp % p.block_size;
 }
 
-// This lane's VD values of the rows of positions p0 + j0 + 8b (b < VB, those < np) of kv head hk of
-// a cache, all requested before any is used; the current position's from `cur` (shared memory).
+// This lane's VD values of the rows of positions p0 + j0 + 16b (b < VB, those < np: warp j0's share,
+// as the warps take every 16th position) of kv head hk of a cache, all requested before any is used;
+// the current position's from `cur` (shared memory).
 template <int HD, int VD, int VB>
 __device__ __forceinline__ void load_rows(const params& p, const bf16* cache, const int* rows, int p0, int j0, int np,
                                           int pos, int hk, const float* cur, float (&out)[VB][VD]) {
@@ -255,6 +253,9 @@ __device__ void load_heads(const params& p, const layer& L, int hk, const float*
     consumers_sync();
 }
 
+// One item (kv head hk, split s): its G q heads and the new k (q/k norm, rope, rounded as
+// qkv_rope_store stores them) and v, the scores of positions [p0, p1) (the current position's k/v
+// from shared memory), softmax, P·V; the output (S = 1) or the split's partial (o, m, l).
 template <int HD>
 __device__ void attention_item(const params& p, const layer& L, int hk, int s, int S, int P, int len, int pos,
                                const float* cs, float* sm, const int* rows) {
@@ -262,7 +263,7 @@ __device__ void attention_item(const params& p, const layer& L, int hk, int s, i
     const int p0 = s * P, p1 = min(len, p0 + P), np = p1 - p0;
     float* qv = sm;                          // [G + 2][HD]: q heads, k, v
     float* sc = qv + (G + 2) * HD;           // [G][MAX_P]
-    float* ored = sc + G * MAX_P;            // [8 warps][G][HD]
+    float* ored = sc + G * MAX_P;            // [CONSUMER_WARPS][G][HD]
     float* ml = ored + CONSUMER_WARPS * G * HD;  // [2][G]
     load_heads<HD>(p, L, hk, cs, qv);
     const int64_t slot = p.slot_mapping[0];
@@ -271,7 +272,7 @@ __device__ void attention_item(const params& p, const layer& L, int hk, int s, i
             L.k_cache[(slot * p.n_kv + hk) * HD + d] = __float2bfloat16_rn(qv[G * HD + d]);
             L.v_cache[(slot * p.n_kv + hk) * HD + d] = __float2bfloat16_rn(qv[(G + 1) * HD + d]);
         }
-    // scores: warp w takes positions w, w + 8, …, lane the dims [VD·lane, VD·lane + VD) (a compact
+    // scores: warp w takes positions w, w + 16, …, lane the dims [VD·lane, VD·lane + VD) (a compact
     // loop: this code runs once per layer, its instructions are not in the cache)
     constexpr int VD = HD / 32, VB = 8;  // VB: positions per warp whose loads are in flight together
     float qr[MAX_G][VD];
@@ -312,7 +313,7 @@ __device__ void attention_item(const params& p, const layer& L, int hk, int s, i
         if (lane == 0) ml[warp] = m, ml[G + warp] = l;
     }
     consumers_sync();
-    // P·V: warp w takes positions w, w + 8, …; lane the dims [VD·lane, VD·lane + VD)
+    // P·V: warp w takes positions w, w + 16, …; lane the dims [VD·lane, VD·lane + VD)
     float o[MAX_G][VD];
 #pragma unroll
     for (int hh = 0; hh < MAX_G; ++hh)
