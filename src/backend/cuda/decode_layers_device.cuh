@@ -49,14 +49,14 @@ constexpr int MAX_LAYERS = 128;  // the layer table travels in the kernel's para
 
 struct params {
     layer layers[MAX_LAYERS];
-    int n_layer, n_embd, n_head, n_kv, hd, n_ff, n_qkv;
+    int n_layer, n_embd, n_head, n_kv, n_ff, n_qkv;
     int norm_t;  // dtype of the norm weights (load_any)
     float eps, scale;
     const int32_t* positions;
     const int32_t* seq_lens;
     const int32_t* block_table;  // row 0
     const int32_t* slot_mapping;
-    int block_size, max_blocks;
+    int block_size;
     int64_t n_slots;
     const float* inv_freq;
     __nv_bfloat16* residual;  // in/out [n_embd]

@@ -292,7 +292,7 @@ __device__ void attention_item(const params& p, const layer& L, int hk, int s, i
             for (int hh = 0; hh < G; ++hh) {
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < VD; ++i) d = fmaf(qr[hh < MAX_G ? hh : 0][i], k[b][i], d);
+                for (int i = 0; i < VD; ++i) d = fmaf(qr[hh][i], k[b][i], d);
                 d = warp_sum(d);
                 if (lane == 0) sc[hh * MAX_P + j] = d * p.scale;
             }
@@ -614,12 +614,12 @@ template <int HD> void launch_hd(backend& be, const decode_layers_args& a) {
     std::unique_ptr<params> own(p);
     const int64_t hd = a.head_dim;
     p->n_layer = int(a.layers.size()), p->n_embd = int(a.n_embd), p->n_head = int(a.n_head), p->n_kv = int(a.n_head_kv);
-    p->hd = int(hd), p->n_ff = int(a.n_ff), p->n_qkv = int((a.n_head + 2 * a.n_head_kv) * hd);
+    p->n_ff = int(a.n_ff), p->n_qkv = int((a.n_head + 2 * a.n_head_kv) * hd);
     p->norm_t = int(a.layers[0].attn_norm.type), p->eps = a.eps, p->scale = a.scale;
     p->positions = a.meta.positions.ptr<const int32_t>(), p->seq_lens = a.meta.seq_lens_kv.ptr<const int32_t>();
     p->block_table = a.meta.block_tables.ptr<const int32_t>();
     p->slot_mapping = a.meta.slot_mapping.ptr<const int32_t>();
-    p->block_size = a.meta.block_size, p->max_blocks = int(a.meta.block_tables.dim(1));
+    p->block_size = a.meta.block_size;
     p->n_slots = a.layers[0].k_cache.dim(0) * a.layers[0].k_cache.dim(1);
     p->inv_freq = a.inv_freq.ptr<const float>();
     p->residual = a.residual.ptr<bf16>(), p->proj = a.proj.ptr<bf16>();
