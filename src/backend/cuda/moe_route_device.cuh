@@ -128,24 +128,34 @@ __device__ __forceinline__ void route_token(const T* __restrict__ logits, int32_
         n_cand += __popc(bal);
     }
     __syncwarp();
-    for (int c = lane; c < n_cand; c += 32) {
-        const uint64_t kc = cand[c];
+    if (n_cand <= 32) {  // one candidate per lane: the ranks from registers (shuffles), not shared memory
+        const uint64_t kc = lane < n_cand ? cand[lane] : 0;
         int rank = 0;
-        for (int i = 0; i < n_cand; ++i) rank += cand[i] > kc ? 1 : 0;
-        if (rank < k) {
+        for (int i = 0; i < n_cand; ++i) rank += __shfl_sync(FULL, kc, i) > kc ? 1 : 0;
+        if (lane < n_cand && rank < k) {
             const int e = int(~uint32_t(kc));
             slot_id[rank] = e;
             slot_w[rank] = ps[e];
         }
+    } else {
+        for (int c = lane; c < n_cand; c += 32) {
+            const uint64_t kc = cand[c];
+            int rank = 0;
+            for (int i = 0; i < n_cand; ++i) rank += cand[i] > kc ? 1 : 0;
+            if (rank < k) {
+                const int e = int(~uint32_t(kc));
+                slot_id[rank] = e;
+                slot_w[rank] = ps[e];
+            }
+        }
     }
     __syncwarp();
+    const float xw = lane < k ? slot_w[lane] : 0.0f;
+    float s = 0.0f;  // the selected weights summed in slot order, from registers (k ≤ 32: one per lane)
+    if (renorm)
+        for (int i = 0; i < k; ++i) s = __fadd_rn(s, __shfl_sync(FULL, xw, i));
     if (lane < k) {
-        float x = slot_w[lane];
-        if (renorm) {
-            float s = 0.0f;
-            for (int i = 0; i < k; ++i) s = __fadd_rn(s, slot_w[i]);
-            x = __fdiv_rn(x, s);
-        }
+        const float x = renorm ? __fdiv_rn(xw, s) : xw;
         ids[size_t(t) * size_t(k) + size_t(lane)] = slot_id[lane];
         w[size_t(t) * size_t(k) + size_t(lane)] = x;
         if (sid) sid[t * k + lane] = slot_id[lane];
