@@ -232,15 +232,21 @@ class dense_decoder final : public causal_lm {
     // with fused qkv and gate/up, nothing observes the layers (no tap, no skipped op class) and the
     // backend would run a fused kernel for it (has_decode_layers; today the persistent CUDA kernel,
     // when TETRA_KERNEL forces it: docs/cuda-backend.md); false: the caller runs the layers op by op,
-    // which is what the op's composition kernels run too. Asked every step: the answer follows
-    // TETRA_KERNEL, and the arguments are host-side views (no device work).
+    // which is what the op's composition kernels run too. The model's conditions and the backend's
+    // answer are asked once, as fused_stage() asks its own (shapes, dtypes, buffers and TETRA_KERNEL
+    // do not change between steps): a step that will not stack builds no arguments.
     bool decode_stack(const forward_batch& b, kv_cache& kv, const tensor& residual, const tensor& proj,
                       const tensor& h, const tensor& q, const tensor& attn, const tensor& gate) {
         const model_config& c = cfg_;
-        if (tap_ || ops_.skip != 0 || b.meta.n_seqs != 1 || !gu_.data || !qkv_.data) return false;
-        for (const auto& L : w_.layers)
-            if (L.moe || !L.fused_qkv || !L.mlp.fused) return false;
-        if (!fused_stage(w_.layers[0], kv.k[0])) return false;
+        if (tap_ || ops_.skip != 0 || b.meta.n_seqs != 1 || stack_ == 0) return false;
+        if (stack_ < 0) {
+            bool ok = gu_.data && qkv_.data;
+            for (const auto& L : w_.layers) ok = ok && !L.moe && L.fused_qkv && L.mlp.fused;
+            if (!ok || !fused_stage(w_.layers[0], kv.k[0])) {
+                stack_ = 0;
+                return false;
+            }
+        }
         decode_layers_args a;
         for (size_t il = 0; il < w_.layers.size(); ++il) {
             const decoder_layer_weights& L = w_.layers[il];
@@ -257,7 +263,8 @@ class dense_decoder final : public causal_lm {
         a.gu = tensor_rows(gu_, 0, 1), a.gate = gate, a.inv_freq = inv_freq_, a.meta = b.meta;
         a.eps = c.rms_norm_eps, a.scale = 1.0f / std::sqrt(float(c.head_dim)), a.mode = mode_;
         a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = c.head_dim, a.n_embd = c.n_embd, a.n_ff = c.n_ff;
-        if (!be_.has_decode_layers(a)) return false;
+        if (stack_ < 0) stack_ = be_.has_decode_layers(a) ? 1 : 0;
+        if (stack_ == 0) return false;
         for (int64_t il = 0; il < c.n_layer; ++il)  // the classes the op stands for, as the loop counts them
             for (step_op o : {step_op::ATTN_NORM, step_op::QKV, step_op::ROPE_KV, step_op::ATTENTION, step_op::O_PROJ,
                               step_op::FFN_NORM, step_op::GATE_UP, step_op::DOWN})
@@ -291,6 +298,7 @@ class dense_decoder final : public causal_lm {
     decoder_weights w_;
     matmul_mode mode_;
     int fused_stage_ = -1;  // fused_stage(): -1 not asked yet
+    int stack_ = -1;        // decode_stack(): -1 not asked yet, 0 never, 1 every batch-1 step
     tensor residual_, h_, q_, k_, v_, attn_, proj_, gate_, up_, last_, logits_, logits_view_, inv_freq_;
     tensor qkv_, gu_, q_ids_, k_ids_, v_ids_;  // fused projections (see qkv_proj)
     std::unique_ptr<moe_ffn> moe_;  // buffers of the MoE layers (models with n_expert > 0)
