@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_decode_v2.cuh"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
@@ -39,113 +40,15 @@ namespace cuda {
 
 namespace {
 
-// Two floats as one register of T (bf16 or f16) pairs, lo in the low half (round to nearest even).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    if constexpr (std::is_same<T, __half>::value) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t*>(&v);
-    } else {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t*>(&v);
-    }
-}
-
-// p (f32) as two T pairs whose sum is p to 16 significant bits: hi = T(p), lo = T(p − hi) (p − hi is
-// exact in f32). P·V as hi·V + lo·V keeps the weights' f32 precision through the T-only MMA.
-template <class T>
-__device__ __forceinline__ void split2(float p0, float p1, uint32_t& hi, uint32_t& lo) {
-    hi = pack2<T>(p0, p1);
-    float h0, h1;
-    if constexpr (std::is_same<T, __half>::value) {
-        const __half2 h = *reinterpret_cast<const __half2*>(&hi);
-        h0 = __low2float(h), h1 = __high2float(h);
-    } else {
-        h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-    }
-    lo = pack2<T>(p0 - h0, p1 - h1);
-}
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
-// n 16-byte loads (read-only path) into words w[4n].
-template <int N>
-__device__ __forceinline__ void ld16(const void* src, uint32_t* w) {
-    const uint4* s = static_cast<const uint4*>(src);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        uint4 v = __ldg(s + i);
-        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-    }
-}
-
-// One block of 16 keys of this lane: K words of keys 8j + g (j = 0, 1), V words of keys 2t, 2t+1,
-// 2t+8, 2t+9 (in that order), zeros for keys that are not live.
-template <int D>
-struct mma_block {
-    uint32_t k[2][D / 8];
-    uint32_t v[4][D / 16];
-};
-
-// The paged K/V rows of one (sequence, kv head) for this lane. Fields by value (a pointer to the
-// kernel parameter would make the compiler copy it to local memory).
-template <class T, int D>
-struct mma_ctx {
-    const T* kc;
-    const T* vc;
-    const int32_t* bt;
-    int block_size, n_head_kv, kvh, lo, hi, g, t;
-
-    // Element offset of key j's row (the paged slot); slot0: key j0's slot when a block of 16 keys
-    // from j0 (a multiple of 16) lies in one page (block_size a multiple of 16), else −1.
-    __device__ __forceinline__ int64_t slot_of(int j) const {
-        return int64_t(bt[j / block_size]) * block_size + j % block_size;
-    }
-    __device__ __forceinline__ int64_t slot0_of(int j0) const { return block_size % 16 == 0 ? slot_of(j0) : -1; }
-    __device__ __forceinline__ int64_t row_off(int64_t slot0, int j0, int j) const {
-        const int64_t slot = slot0 >= 0 ? slot0 + (j - j0) : slot_of(j);
-        return (slot * n_head_kv + kvh) * int64_t(D);
-    }
-    // Loads block j0's keys except `skip` (−1: none) into b. Keys outside [lo, hi] are zeros.
-    __device__ __forceinline__ void load(int j0, int skip, mma_block<D>& b) const {
-        const int64_t slot0 = slot0_of(j0);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int key = j0 + 8 * j + g;
-#pragma unroll
-            for (int w = 0; w < D / 8; ++w) b.k[j][w] = 0;
-            if (key >= lo && key <= hi && key != skip) ld16<D / 32>(kc + row_off(slot0, j0, key) + (D / 4) * t, b.k[j]);
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int key = j0 + 2 * t + (r & 1) + 8 * (r >> 1);
-#pragma unroll
-            for (int w = 0; w < D / 16; ++w) b.v[r][w] = 0;
-            if (key >= lo && key <= hi && key != skip) ld16<D / 64>(vc + row_off(slot0, j0, key) + (D / 8) * g, b.v[r]);
-        }
-    }
-    // Loads only key `key` (live) of block j0 into the lanes that hold it.
-    __device__ __forceinline__ void patch(int j0, int key, mma_block<D>& b) const {
-        const int64_t off = row_off(-1, j0, key);
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-            if (j0 + 8 * j + g == key) ld16<D / 32>(kc + off + (D / 4) * t, b.k[j]);
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-            if (j0 + 2 * t + (r & 1) + 8 * (r >> 1) == key) ld16<D / 64>(vc + off + (D / 8) * g, b.v[r]);
-    }
-};
+using namespace attn_mma;
 
 // One block of 16 keys (from j0; keys outside [lo, hi] masked) into this lane's online-softmax
 // state: S = Q·Kᵀ, the rows' running max m and denominator l (this lane's part: the quad's sum is
 // taken at the end), O = O·alpha + P·V.
 template <class T, int D, int R>
 __device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mma_block<D>& blk, int j0, int lo, int hi,
-                                         float scale, int t, float (&m)[R], float (&l)[R], float (&o)[D / 8][4]) {
+                                         float scale, int t, float (&m)[R], float (&l)[R], bool (&nan)[R],
+                                         float (&o)[D / 8][4]) {
     float sc[2][4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -167,8 +70,9 @@ __device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mm
             for (int e = 0; e < 2; ++e) {
                 const int key = j0 + 8 * j + 2 * t + e;
                 float v = key >= lo && key <= hi ? sc[j][2 * r + e] * scale : -INFINITY;
+                nan[r] |= v != v;
                 sc[j][2 * r + e] = v;
-                mx = fmaxf(mx, v);  // a NaN score is skipped here and propagates through l below
+                mx = fmaxf(mx, v);  // a NaN score is skipped here; nan[] makes the row NaN at the end
             }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -288,13 +192,14 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
     if (lo <= hi && pos >= j0 && pos < j0 + 16) c.patch(j0, pos, blk);
 
     float m[R], l[R], o[D / 8][4];
+    bool nan[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+    for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f, nan[r] = false;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (; j0 <= hi; j0 += 16) {
-        mma_step<T, D, R>(q, blk, j0, lo, hi, p.scale, t, m, l, o);
+        mma_step<T, D, R>(q, blk, j0, lo, hi, p.scale, t, m, l, nan, o);
         if (j0 + 16 <= hi) c.load(j0 + 16, -1, blk);
     }
     // The quad's partial denominators, then the rows out.
@@ -302,6 +207,12 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
     for (int r = 0; r < R; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        // A live NaN score makes the row NaN (the oracle's sum of exps is NaN), also where every
+        // score of the split was NaN and the max stayed −inf, so no weight carried it into l.
+        int nf = nan[r];
+        nf |= __shfl_xor_sync(0xffffffffu, nf, 1);
+        nf |= __shfl_xor_sync(0xffffffffu, nf, 2);
+        if (nf) l[r] = __int_as_float(0x7fc00000);
     }
     mma_store<T, D, R>(p, tq, head0, nh, split, g, t, m, l, o);
 }

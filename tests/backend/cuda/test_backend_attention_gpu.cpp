@@ -86,6 +86,10 @@ TEST(backend_ops_gpu, attention) {
                     }
     expect_gpu_ran("attention", ran, 80);
     EXPECT_GE(ran["attention_prefill_sm80"], 300);
+    // bf16 / f16 with head_dim 64 or 128 (3 head shapes × 8 batches × 2 block sizes × 3 windows for
+    // bf16, × 1 × 2 for f16): every batch, decode or not
+    EXPECT_EQ(ran["attention_prefill_mma_sm80"], 192);
+    EXPECT_EQ(declined["attention_prefill_mma_sm80"], 320);
     EXPECT_GE(ran["attention_decode_sm80"], 80);
     EXPECT_GE(declined["attention_decode_sm80"], 200);  // batches with several query rows
     EXPECT_GE(ran["attention_decode_v2_sm80"], 200);
@@ -166,6 +170,63 @@ TEST(backend_ops_gpu, attention_nan_propagates_per_row) {
     EXPECT_EQ(ran["attention_prefill_sm80"], 2);
     EXPECT_EQ(ran["attention_decode_sm80"], 1);
     EXPECT_EQ(ran["attention_decode_v2_sm80"], 1);
+}
+
+// A NaN in one query row of a bf16 batch makes exactly that (token, head) output NaN in every
+// kernel, the tensor-core ones included: all of that row's scores are NaN, so its running max stays
+// −inf and no weight would carry the NaN into the sums; the kernels flag it instead.
+TEST(backend_ops_gpu, attention_nan_query_row_bf16) {
+    std::map<std::string, int> ran, declined;
+    rng r(16);
+    for (auto seqs : std::vector<std::vector<std::pair<int, int>>>{{{0, 3}, {4, 1}}, {{9, 1}, {700, 1}}}) {
+        attn_case c{dtype::BF16, 4, 2, 64, 16, seqs, 0};
+        attn_inputs in = build_attn_inputs(c, r);
+        reinterpret_cast<uint16_t*>(in.q.data)[(1 * 4 + 0) * 64 + 3] = 0x7fc0;  // token 1, head 0
+        tensor ref = check_attention_kernels(c, in, 1, ran, declined);
+        std::vector<double> rv = to_double(ref);
+        for (int64_t t = 0; t < in.q.dim(0); ++t)
+            for (int64_t e = 0; e < 4 * 64; ++e)
+                EXPECT_EQ(std::isnan(rv[size_t(t * 256 + e)]), t == 1 && e < 64) << "oracle " << t << "," << e;
+    }
+    EXPECT_EQ(ran["attention_prefill_sm80"], 2);
+    EXPECT_EQ(ran["attention_prefill_mma_sm80"], 2);
+    EXPECT_EQ(ran["attention_decode_mma_sm80"], 1);
+    EXPECT_EQ(ran["attention_decode_v2_sm80"], 1);
+}
+
+// Long prefill chunks for the tensor-core prefill kernel (attention_prefill_mma_sm80: 16 query rows
+// = tokens × heads of one kv head per warp, 4 warps of consecutive tokens per CTA, keys in blocks of
+// 16): GQA groups 1, 3 (15 of 16 rows used), 4, 8 and 24 (two head splits of 16 and 8), a 1000-token
+// prompt, chunks over cached prefixes of 0 to 517 tokens beside decode rows, block sizes 16 and 5
+// (blocks of 16 keys across pages), windows. Every kernel against the CPU backend.
+TEST(backend_ops_gpu, attention_prefill_long) {
+    std::map<std::string, int> ran, declined;
+    rng r(17);
+    struct heads { int64_t n_head, n_head_kv, head_dim; } hs[] = {
+        {8, 8, 64}, {9, 3, 64}, {32, 8, 128}, {32, 4, 128}, {24, 1, 64}};
+    std::vector<std::vector<std::pair<int, int>>> batches = {
+        {{0, 300}}, {{517, 130}, {3, 1}, {0, 64}, {250, 1}}, {{33, 95}, {100, 17}}};
+    int cases = 0;
+    for (dtype t : {dtype::BF16, dtype::F16})
+        for (auto h : hs)
+            for (int64_t bs : {16, 5})
+                for (const auto& seqs : batches)
+                    for (int window : {0, 50}) {
+                        if (t == dtype::F16 && (bs == 5 || window == 50)) continue;
+                        attn_case c{t, h.n_head, h.n_head_kv, h.head_dim, bs, seqs, window};
+                        attn_inputs in = build_attn_inputs(c, r);
+                        ++cases;
+                        check_attention_kernels(c, in, 1, ran, declined);
+                    }
+    {
+        attn_case c{dtype::BF16, 32, 8, 128, 16, {{0, 1000}}, 0};
+        attn_inputs in = build_attn_inputs(c, r);
+        ++cases;
+        check_attention_kernels(c, in, 1, ran, declined);
+    }
+    EXPECT_EQ(cases, 76);
+    EXPECT_EQ(ran["attention_prefill_mma_sm80"], cases);
+    EXPECT_EQ(ran["attention_prefill_sm80"], cases);
 }
 
 // The cluster decode kernel's plans (attention_decode_cluster_sm90: ≥ 64 (kv head · head split,

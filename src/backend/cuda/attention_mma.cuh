@@ -1,0 +1,129 @@
+// The mma.sync building blocks of the paged attention kernels on tensor cores (bf16/f16, head_dim
+// 64 or 128): attention_decode_mma_sm80 (split-KV decode, one warp per split) and
+// attention_prefill_mma_sm80 (prefill chunks and mixed batches, 16 query rows per warp). T pairs
+// in registers, the split of an f32 weight into two T values, 16-byte K/V row loads through the
+// block table in the lane layout both kernels share (attention_decode_mma_sm80.cu's header: lane
+// (g, t) holds key 8j+g's dims [(D/4)t, (D/4)(t+1)) of an S tile and keys 2t, 2t+1, 2t+8, 2t+9 at
+// dims [(D/8)g, (D/8)(g+1)) of a P·V tile).
+#pragma once
+#include <type_traits>
+
+#include "backend/cuda/attention_device.cuh"
+
+namespace tetra {
+namespace cuda {
+namespace attn_mma {
+
+// Two floats as one register of T (bf16 or f16) pairs, lo in the low half (round to nearest even).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    } else {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+}
+
+// p (f32) as two T pairs whose sum is p to 16 significant bits: hi = T(p), lo = T(p − hi) (p − hi is
+// exact in f32). P·V as hi·V + lo·V keeps the weights' f32 precision through the T-only MMA.
+template <class T>
+__device__ __forceinline__ void split2(float p0, float p1, uint32_t& hi, uint32_t& lo) {
+    hi = pack2<T>(p0, p1);
+    float h0, h1;
+    if constexpr (std::is_same<T, __half>::value) {
+        const __half2 h = *reinterpret_cast<const __half2*>(&hi);
+        h0 = __low2float(h), h1 = __high2float(h);
+    } else {
+        h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+    }
+    lo = pack2<T>(p0 - h0, p1 - h1);
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// n 16-byte loads (read-only path) into words w[4n].
+template <int N>
+__device__ __forceinline__ void ld16(const void* src, uint32_t* w) {
+    const uint4* s = static_cast<const uint4*>(src);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        uint4 v = __ldg(s + i);
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+}
+
+// One block of 16 keys of this lane: K words of keys 8j + g (j = 0, 1), V words of keys 2t, 2t+1,
+// 2t+8, 2t+9 (in that order), zeros for keys that are not live.
+template <int D>
+struct mma_block {
+    uint32_t k[2][D / 8];
+    uint32_t v[4][D / 16];
+};
+
+// The paged K/V rows of one (sequence, kv head) for this lane. Fields by value (a pointer to the
+// kernel parameter would make the compiler copy it to local memory).
+template <class T, int D>
+struct mma_ctx {
+    const T* kc;
+    const T* vc;
+    const int32_t* bt;
+    int block_size, n_head_kv, kvh, lo, hi, g, t;
+
+    // Element offset of key j's row (the paged slot); slot0: key j0's slot when a block of 16 keys
+    // from j0 (a multiple of 16) lies in one page (block_size a multiple of 16), else −1.
+    __device__ __forceinline__ int64_t slot_of(int j) const {
+        return int64_t(bt[j / block_size]) * block_size + j % block_size;
+    }
+    __device__ __forceinline__ int64_t slot0_of(int j0) const { return block_size % 16 == 0 ? slot_of(j0) : -1; }
+    __device__ __forceinline__ int64_t row_off(int64_t slot0, int j0, int j) const {
+        const int64_t slot = slot0 >= 0 ? slot0 + (j - j0) : slot_of(j);
+        return (slot * n_head_kv + kvh) * int64_t(D);
+    }
+    // Loads block j0's keys except `skip` (−1: none) into b: K rows (load_k), V rows (load_v), so a
+    // caller may request the next block's K while it still uses this block's V. Keys outside
+    // [lo, hi] are zeros.
+    __device__ __forceinline__ void load_k(int j0, int skip, mma_block<D>& b) const {
+        const int64_t slot0 = slot0_of(j0);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int key = j0 + 8 * j + g;
+#pragma unroll
+            for (int w = 0; w < D / 8; ++w) b.k[j][w] = 0;
+            if (key >= lo && key <= hi && key != skip) ld16<D / 32>(kc + row_off(slot0, j0, key) + (D / 4) * t, b.k[j]);
+        }
+    }
+    __device__ __forceinline__ void load_v(int j0, int skip, mma_block<D>& b) const {
+        const int64_t slot0 = slot0_of(j0);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int key = j0 + 2 * t + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+            for (int w = 0; w < D / 16; ++w) b.v[r][w] = 0;
+            if (key >= lo && key <= hi && key != skip) ld16<D / 64>(vc + row_off(slot0, j0, key) + (D / 8) * g, b.v[r]);
+        }
+    }
+    __device__ __forceinline__ void load(int j0, int skip, mma_block<D>& b) const {
+        load_k(j0, skip, b);
+        load_v(j0, skip, b);
+    }
+    // Loads only key `key` (live) of block j0 into the lanes that hold it.
+    __device__ __forceinline__ void patch(int j0, int key, mma_block<D>& b) const {
+        const int64_t off = row_off(-1, j0, key);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            if (j0 + 8 * j + g == key) ld16<D / 32>(kc + off + (D / 4) * t, b.k[j]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            if (j0 + 2 * t + (r & 1) + 8 * (r >> 1) == key) ld16<D / 64>(vc + off + (D / 8) * g, b.v[r]);
+    }
+};
+
+}  // namespace attn_mma
+}  // namespace cuda
+}  // namespace tetra
