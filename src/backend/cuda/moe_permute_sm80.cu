@@ -5,7 +5,8 @@
 // order and places each assignment of its experts at the next row of the group — ascending (token,
 // slot) within a group by construction, the same integers as the CPU whatever the launch shape.
 // O(n_tokens·k) broadcast reads per expert in the placement; ids outside [0, n_expert) are skipped
-// (undefined, moe.h).
+// (undefined, moe.h). Long batches (more assignments than threads, ≤ 764 experts: per-warp counts
+// in 48 KB) take moe_permute_chunked_kernel instead: the same integers, each warp placing a chunk.
 // Programmatic dependent launch (sm_90+): the CTA becomes resident while moe_route finishes.
 // moe_route_permute_sm80 (same file): for decode batches the router (moe_route_device.cuh) and this
 // permutation in one CTA, the ids passed in shared memory; larger calls run the two kernels.
@@ -138,6 +139,68 @@ __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids
     permute_block(ids, counts, offsets, sorted, dest, n, ne, k, staged, false, base, base + ne, warp_sums);
 }
 
+// The permutation of a long batch (prefill: thousands of assignments) by the whole CTA, each warp
+// owning a contiguous chunk of the assignments: per-warp counts (hist[w][e], shared-memory integer
+// atomics), one scan over the experts that also gives each (warp, expert) its first row, then every
+// warp walks its chunk in order, 32 assignments at a time, and places each at its row + the number
+// of equal experts on lower lanes (__match_any_sync) — ascending (token, slot) within a group, the
+// same integers as permute_block, whose placement walks all n ids once per expert (O(n · ne / THREADS)
+// dependent loads: 1.9 ms per layer at 2048 tokens × 8 of 128 experts on an H100, docs/perf.md
+// session 27). hist: shared [WARPS][ne].
+__global__ void __launch_bounds__(THREADS) moe_permute_chunked_kernel(const int32_t* ids, int32_t* counts,
+                                                                      int32_t* offsets, int32_t* sorted, int32_t* dest,
+                                                                      int n, int ne, int k) {
+    extern __shared__ int32_t hist[];  // [WARPS][ne]
+    __shared__ int warp_sums[WARPS + 1];
+    pdl_wait();
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunk = (n + WARPS - 1) / WARPS, c0 = min(n, warp * chunk), c1 = min(n, c0 + chunk);
+    for (int i = threadIdx.x; i < WARPS * ne; i += THREADS) hist[i] = 0;
+    __syncthreads();
+    int32_t* mine_hist = hist + warp * ne;
+    for (int i = c0 + lane; i < c1; i += 32) {
+        const int e = __ldg(ids + i);
+        if (e >= 0 && e < ne) atomicAdd(&mine_hist[e], 1);
+    }
+    __syncthreads();
+    // Experts e0 .. e1 − 1 of this thread: totals, the scan, then each warp's first row per expert.
+    const int per = (ne + THREADS - 1) / THREADS, e0 = min(ne, int(threadIdx.x) * per), e1 = min(ne, e0 + per);
+    int mine = 0;
+    for (int e = e0; e < e1; ++e) {
+        int tot = 0;
+        for (int w = 0; w < WARPS; ++w) tot += hist[w * ne + e];
+        counts[e] = tot;
+        mine += tot;
+    }
+    int total = 0, run = block_exclusive_scan(mine, warp_sums, total);
+    for (int e = e0; e < e1; ++e) {
+        offsets[e] = run;
+        for (int w = 0; w < WARPS; ++w) {
+            const int c = hist[w * ne + e];
+            hist[w * ne + e] = run;
+            run += c;
+        }
+    }
+    if (threadIdx.x == 0) offsets[ne] = total;
+    __syncthreads();
+    const unsigned lower = (1u << lane) - 1u;
+    for (int b = c0; b < c1; b += 32) {
+        const int i = b + lane;
+        const int e = i < c1 ? __ldg(ids + i) : -1;
+        const bool valid = e >= 0 && e < ne;
+        const unsigned peers = __match_any_sync(FULL, valid ? e : -1);
+        if (valid) {
+            const int r = mine_hist[e] + __popc(peers & lower);
+            sorted[r] = i / k;
+            dest[i] = r;
+        }
+        __syncwarp();
+        if (valid && lane == __ffs(peers) - 1) mine_hist[e] += __popc(peers);
+        __syncwarp();
+    }
+}
+
 // The router and the permutation in one CTA (moe_route_permute, decode batches): warp t routes
 // token t (route::route_token, as moe_route_kernel) and leaves its ids in shared memory, then the
 // CTA permutes them (permute_block). Shared memory: [n_tokens][words] router scratch, [ne] base,
@@ -176,9 +239,19 @@ constexpr int64_t k_permute_smem = 48 * 1024 - k_permute_static_max;
 
 static void moe_permute_launch(backend& be, const moe_permute_args& a) {
     static const bool static_ok =  // once: the kernel's static bytes within the allowance k_permute_smem leaves
-        static_smem_bytes(reinterpret_cast<const void*>(moe_permute_kernel), k_permute_static_max, "moe_permute_sm80") >= 0;
+        static_smem_bytes(reinterpret_cast<const void*>(moe_permute_kernel), k_permute_static_max,
+                          "moe_permute_sm80") >= 0 &&
+        static_smem_bytes(reinterpret_cast<const void*>(moe_permute_chunked_kernel), k_permute_static_max,
+                          "moe_permute_sm80") >= 0;
     (void)static_ok;
     const int64_t n = a.n_tokens * a.k;
+    const size_t hist_bytes = size_t(WARPS) * size_t(a.n_expert) * sizeof(int32_t);
+    if (n > THREADS && hist_bytes <= size_t(k_permute_smem)) {  // a long batch: per-warp chunks
+        launch_pdl(be, moe_permute_chunked_kernel, dim3(1), dim3(THREADS), hist_bytes, a.topk_ids.ptr<const int32_t>(),
+                   a.expert_counts.ptr<int32_t>(), a.expert_offsets.ptr<int32_t>(), a.sorted_tokens.ptr<int32_t>(),
+                   a.dest_rows.ptr<int32_t>(), int(n), int(a.n_expert), int(a.k));
+        return;
+    }
     const bool staged = (a.n_expert + n) * int64_t(sizeof(int32_t)) <= k_permute_smem;
     const size_t smem = size_t(a.n_expert + (staged ? n : 0)) * sizeof(int32_t);
     launch_pdl(be, moe_permute_kernel, dim3(1), dim3(THREADS), smem, a.topk_ids.ptr<const int32_t>(),

@@ -227,15 +227,18 @@ TEST(moe_ops_gpu, permute_equals_cpu) {
         }
     // Long batches (prefill-sized) × 8 of 128 experts, around where the ids stop being staged in
     // shared memory: (128 + 8·T)·4 B against 48 KB less the kernel's 80 static bytes — T = 1517 is
-    // the last staged; 1518–1520 used to ask for 49088–49152 B and fail to launch.
-    for (int64_t nt : {1517, 1518, 1520, 1521, 2000}) {
-        tensor ids = i32_2d(random_assignment(r, nt, 128, 8), nt, 8);
+    // the last staged; 1518–1520 used to ask for 49088–49152 B and fail to launch. Past 64 tokens
+    // (512 assignments) the chunked kernel runs: chunks of 759 (1517 tokens, not a multiple of 32) to
+    // 4096 assignments per warp (8192 tokens), and 2048 tokens skewed onto few experts.
+    for (int64_t nt : {1517, 1518, 1520, 1521, 2000, 2048, 8192}) {
+        tensor ids = i32_2d(random_assignment(r, nt, 128, 8, nt == 2048 ? 16 : 1), nt, 8);
         tensor cc = tensor::alloc(dtype::I32, {128}), co = tensor::alloc(dtype::I32, {129});
         tensor cs = tensor::alloc(dtype::I32, {nt * 8}), cd = tensor::alloc(dtype::I32, {nt, 8});
         moe_permute(cpu_be(), ids, 128, cc, co, cs, cd);
         tensor gc = gpu_be().alloc(dtype::I32, {128}), go = gpu_be().alloc(dtype::I32, {129});
         tensor gs = gpu_be().alloc(dtype::I32, {nt * 8}), gd = gpu_be().alloc(dtype::I32, {nt, 8});
         moe_permute(gpu_be(), to_gpu(ids), 128, gc, go, gs, gd);
+        EXPECT_EQ(to_i32(to_host(gc)), to_i32(cc)) << nt << " tokens";
         EXPECT_EQ(to_i32(to_host(go)), to_i32(co)) << nt << " tokens";
         EXPECT_EQ(to_i32(to_host(gs)), to_i32(cs)) << nt << " tokens";
         EXPECT_EQ(to_i32(to_host(gd)), to_i32(cd)) << nt << " tokens";
