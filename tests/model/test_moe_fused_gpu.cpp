@@ -56,13 +56,23 @@ struct case_t {
     int64_t ne, rows, ff, k;
 };
 
+// The grouped wgmma kernel (sm_90a images on sm_90) takes long batches only: ≥ 16 rows per expert.
+const std::string k_long_plain = "moe_matmul_nvfp4_w4a16_wgmma_sm90";
+bool long_kernel_runs_here() {
+    for (const kernel_entry* k : cuda_kernels("moe_matmul_nvfp4_w4a16"))
+        if (k->name == k_long_plain) return kernel_rejection(*k, gpu_be().device(), nullptr).empty();
+    return false;
+}
+
 }  // namespace
 
 TEST(moe_fused_gpu, stacked_gate_up_grouped_matmul_equals_separate_bitwise) {
     rng r(701);
     // Qwen3-30B-A3B's expert shape (ff 768, k 2048) at 8 and 64 rows (batch 1 and 8, top-8), and odd
-    // shapes (a partial second tile, several passes of the mma kernel).
-    const case_t cases[] = {{16, 8, 768, 2048}, {16, 64, 768, 2048}, {8, 17, 40, 528}, {4, 3, 24, 1040}};
+    // shapes (a partial second tile, several passes of the mma kernel), and 200 rows over 8 experts
+    // (the only case long enough for the grouped wgmma kernel).
+    const case_t cases[] = {{16, 8, 768, 2048}, {16, 64, 768, 2048}, {8, 17, 40, 528}, {4, 3, 24, 1040},
+                            {8, 200, 768, 2048}};
     std::map<std::string, int> ran, declined;
     for (bool nvfp4 : {true, false})
         for (const case_t& c : cases) {
@@ -96,9 +106,13 @@ TEST(moe_fused_gpu, stacked_gate_up_grouped_matmul_equals_separate_bitwise) {
                 EXPECT_GT(nonzero, hg.numel() / 2) << "degenerate outputs: " << kern.name << " " << vars;
             });
         }
+    if (long_kernel_runs_here()) EXPECT_TRUE(ran[k_long_plain] == 1 && declined[k_long_plain] == 4);
+    ran.erase(k_long_plain), declined.erase(k_long_plain);
     EXPECT_TRUE(declined.empty()) << declined.begin()->first << " declined a case";
-    expect_gpu_ran("moe_matmul_nvfp4_w4a16", ran, 4);
-    expect_gpu_ran("moe_matmul_dense", ran, 4);
+    for (const kernel_entry* k : cuda_kernels("moe_matmul_nvfp4_w4a16"))
+        if (k->name != k_long_plain && kernel_rejection(*k, gpu_be().device(), nullptr).empty())
+            EXPECT_GE(ran[k->name], 5) << k->name;
+    expect_gpu_ran("moe_matmul_dense", ran, 5);
 }
 
 TEST(moe_fused_gpu, silu_mul_gate_up_equals_silu_mul_and_cpu_bitwise) {
@@ -141,7 +155,8 @@ TEST(moe_fused_gpu, silu_mul_gate_up_equals_silu_mul_and_cpu_bitwise) {
 }
 
 // moe_matmul_silu: the registry picks the fused grouped mma kernel (silu in its epilogue) where n_ff
-// is a multiple of 16, else the two-step kernel; the fused out equals the grouped matmul into gu
+// is a multiple of 16 (the fused grouped wgmma kernel for 128 rows over 4 experts on an sm_90a
+// image), else the two-step kernel; the fused out equals the grouped matmul into gu
 // followed by silu_mul_gate_up on the GPU, bit for bit, with guards around out. Qwen3-30B-A3B's expert
 // shape at 8, 64 and 512 rows (batch 1, 8 and 64 of top-8: 4, 2 and 1 warps per tile, 8 to 32 rows
 // per pass), 32 rows per pass with k 4096 (x in several windows), a half of 3 tiles (an idle pair
@@ -163,8 +178,11 @@ TEST(moe_fused_gpu, moe_matmul_silu_equals_two_step_bitwise) {
         a.act = dtype::BF16, a.align = 256, a.mode = matmul_mode::W4A16, a.n_ff = c.ff, a.out = out.view;
         a.mm.act = dtype::BF16, a.mm.align = 256, a.mm.x = x, a.mm.expert_offsets = off, a.mm.out = gu;
         a.mm.experts = &p.stacked, a.mm.n_rows = c.rows, a.mm.n = 2 * c.ff, a.mm.k = c.k;
+        const bool long_batch = long_kernel_runs_here() && c.rows >= 16 * c.ne;  // {4, 128, …}: the wgmma kernel
         EXPECT_EQ(kernel_registry::instance().select("moe_matmul_silu", gpu_be().device(), a).name,
-                  c.ff % 16 == 0 ? "moe_matmul_silu_nvfp4_w4a16_mma_sm80" : "moe_matmul_silu_two_step_cuda")
+                  c.ff % 16 != 0 ? "moe_matmul_silu_two_step_cuda"
+                  : long_batch   ? "moe_matmul_silu_nvfp4_w4a16_wgmma_sm90"
+                                 : "moe_matmul_silu_nvfp4_w4a16_mma_sm80")
             << vars;
         if (c.ff % 16 != 0) continue;  // the two-step kernel is the comparison itself: selection only
         moe_matmul_silu(gpu_be(), x, p.stacked, off, gu, out.view, matmul_mode::W4A16);

@@ -132,6 +132,16 @@ void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_
 // kernel's plain form followed by silu_mul_gate_up.
 void matmul_silu_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, int64_t n_ff, void* out,
                                           void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override = 0);
+// The grouped form (moe_matmul / moe_matmul_silu, moe_matmul_nvfp4_w4a16_wgmma_sm90): x [n_rows, k]
+// grouped by expert (offsets [n_expert + 1], on the device), each expert's packed weight and alpha
+// from `table`; CTAs take passes of W4A16_MOE_WGMMA_TOKENS rows of one expert (found on the device).
+// n_ff > 0: the stacked [gate; up] experts, out [n_rows, n_ff] = silu(gate) · up. One pass: ws holds
+// every row (w4a16_wgmma_workspace_bytes(n_rows, k)). Same bits per row as the plain form.
+struct moe_expert_ptrs;
+constexpr int W4A16_MOE_WGMMA_TOKENS = 128;
+void moe_matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t n_rows, const int32_t* offsets,
+                                         const moe_expert_ptrs* table, int64_t n_expert, int64_t n, int64_t k, void* out,
+                                         int64_t n_ff, void* ws, size_t ws_bytes, cudaStream_t s);
 // The workspace of one pass over m rows of x [m, k] (k rounded up to 64, bf16), and the rows a
 // workspace of ws_bytes holds.
 size_t w4a16_wgmma_workspace_bytes(int64_t m, int64_t k);

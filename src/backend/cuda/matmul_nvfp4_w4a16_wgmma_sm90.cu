@@ -36,6 +36,8 @@
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 #include "backend/cuda/mbarrier.cuh"
+#include "backend/cuda/moe_expert_table_sm80.h"
+#include "backend/cuda/moe_items.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -61,6 +63,11 @@ struct wg_params {
     int m, n, ld_out, n_tiles, k_chunks, k_groups;
     float alpha;             // scale_global · 2^8
     int n_ff;                // SILU: n = 2·n_ff stacked [gate; up] rows; out [m, n_ff] = silu(gate) · up
+    // GROUPED (moe_matmul): x rows grouped by expert (expert_offsets [ne + 1]); CTA x takes work item x
+    // (find_item: a pass of ≤ TOK rows of one expert), whose weight and alpha come from the table.
+    const int32_t* offsets;
+    const moe_expert_ptrs* table;
+    int ne;
 };
 
 // x_perm[r, 64c + 16j + 8h + 2t + e] = x[r, 64c + 16t + 4j + 2h + e] (0 past k): one thread per
@@ -159,7 +166,7 @@ __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"m
 // SILU (matmul_silu): CTA y takes gate tiles 4y..4y+3 (warpgroup 0) and the matching up tiles
 // (warpgroup 1); the epilogue applies silu_times to the two bf16-rounded halves, as the two-step
 // path (this kernel's plain form, then silu_mul_gate_up) does: the same bits.
-template <int TOK, bool SILU>
+template <int TOK, bool SILU, bool GROUPED = false>
 __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmma_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                                      wg_params p) {
 #if TETRA_WGMMA_OK
@@ -170,7 +177,19 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     const uint32_t ring_s = smem_u32(base), full_s = smem_u32(full);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tok0 = blockIdx.x * TOK, tile0 = blockIdx.y * TILES;
+    const int tile0 = blockIdx.y * TILES;
+    // The CTA's token rows [tok0, tok_end) and weight: the whole matmul's, or its work item's expert.
+    int tok0 = blockIdx.x * TOK, tok_end = p.m;
+    const uint4* codes = p.codes;
+    const uint4* scales = p.scales;
+    float alpha = p.alpha;
+    if constexpr (GROUPED) {
+        int e = 0, nr = 0;
+        if (!find_item(p.offsets, p.ne, TOK, blockIdx.x, lane, e, tok0, nr)) return;  // uniform over the CTA
+        tok_end = tok0 + nr;
+        const moe_expert_ptrs w = p.table[e];
+        codes = static_cast<const uint4*>(w.a), scales = static_cast<const uint4*>(w.b), alpha = w.alpha;
+    }
     // this warp's 16 weight rows (warpgroup warp / 4, rows 16·(warp % 4))
     const int ff_tiles = p.n_ff / 16, ff_tile = 4 * blockIdx.y + (warp & 3);
     const int tile = SILU ? (warp < 4 ? ff_tile : ff_tiles + ff_tile) : tile0 + warp;
@@ -185,7 +204,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
 
     const uint32_t a_dst = uint32_t(B_BYTES + warp * 512 + lane * 16);
     // The warp's code chunk c: chunks of a group are 512 B apart, groups group_stride_u4 uint4.
-    const char* a_src = reinterpret_cast<const char*>(p.codes) + (size_t(tile) * GROUP_CHUNKS * 32 + lane) * 16;
+    const char* a_src = reinterpret_cast<const char*>(codes) + (size_t(tile) * GROUP_CHUNKS * 32 + lane) * 16;
     const size_t a_group_jump = group_stride_u4(p.n_tiles) * 16 - GROUP_CHUNKS * 512;
     auto load_chunk = [&](int c, int st) {  // chunks are loaded in order
         const uint32_t sa = ring_s + uint32_t(st * STAGE_BYTES);
@@ -193,14 +212,14 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
             mbar_expect_tx(full_s + 8 * st, B_BYTES);
             tma_load_2d(sa, &xmap, c * CHUNK_K, tok0, full_s + 8 * st);
         }
-        cp_async16(sa + a_dst, tile_ok ? a_src : reinterpret_cast<const char*>(p.codes), tile_ok ? 16 : 0);
+        cp_async16(sa + a_dst, tile_ok ? a_src : reinterpret_cast<const char*>(codes), tile_ok ? 16 : 0);
         a_src += (c + 1) % GROUP_CHUNKS == 0 ? a_group_jump + 512 : 512;
     };
 
     // Scales: the lane's 16 B of the warp's tile for one 512-k group (two e4m3 per chunk).
     auto load_scales = [&](int grp) -> uint4 {
         if (!tile_ok || grp >= p.k_groups) return make_uint4(0, 0, 0, 0);
-        return __ldg(p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane);
+        return __ldg(scales + (size_t(tile) * p.k_groups + grp) * 32 + lane);
     };
     // The scales of the chunks still to decode in the current group, two e4m3 (rows g, g+8) per
     // chunk, oldest in the low half of sc.x: a chunk takes the low 16 bits and shifts the queue.
@@ -294,7 +313,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 *reinterpret_cast<__nv_bfloat16*>(orow + (8 * j + (e & 1)) * OROW + 16 * (e >> 1)) =
-                    __float2bfloat16_rn(acc[4 * j + e] * p.alpha);
+                    __float2bfloat16_rn(acc[4 * j + e] * alpha);
     }
     __syncthreads();
     const bool vec = p.ld_out % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
@@ -303,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
 #pragma unroll 2
         for (int piece = threadIdx.x; piece < TOK * 8; piece += THREADS) {
             const int r = piece / 8, f = f_cta + 8 * (piece % 8), tok = tok0 + r;
-            if (tok >= p.m || f >= p.n_ff) continue;
+            if (tok >= tok_end || f >= p.n_ff) continue;
             const uint4 gv = *reinterpret_cast<const uint4*>(base + r * OROW + (f - f_cta) * 2);
             const uint4 uv = *reinterpret_cast<const uint4*>(base + r * OROW + (64 + f - f_cta) * 2);
             uint4 o;
@@ -323,7 +342,7 @@ __global__ void __launch_bounds__(THREADS, wg_tile<TOK>::CTAS_PER_SM) w4a16_wgmm
 #pragma unroll 4
     for (int piece = threadIdx.x; piece < TOK * TILES * 2; piece += THREADS) {
         const int r = piece / (TILES * 2), f = f_cta + 8 * (piece % (TILES * 2)), tok = tok0 + r;
-        if (tok >= p.m || f >= p.n) continue;
+        if (tok >= tok_end || f >= p.n) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(base + r * OROW + (f - f_cta) * 2);
         store8(p.out + size_t(tok) * p.ld_out + f, v, f, p.n, vec);
     }
@@ -383,9 +402,27 @@ size_t w4a16_wgmma_workspace_rows(int64_t k, size_t ws_bytes) { return ws_bytes 
 
 namespace {
 
-template <int TOK, bool SILU> void set_smem_attr() {
-    CUDA_CHECK(cudaFuncSetAttribute(w4a16_wgmma_kernel<TOK, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int TOK, bool SILU, bool GROUPED = false> void set_smem_attr() {
+    CUDA_CHECK(cudaFuncSetAttribute(w4a16_wgmma_kernel<TOK, SILU, GROUPED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     wg_tile<TOK>::SMEM_BYTES));
+}
+
+// x_perm of `rows` rows of x (k) into ws, and its tensor map (boxes of 64 k × tok rows).
+CUtensorMap permute_and_map(const __nv_bfloat16* x, int64_t rows, int64_t k, void* ws, int tok, cudaStream_t s) {
+    const int64_t k64 = (k + 63) / 64 * 64;
+    __nv_bfloat16* xp = static_cast<__nv_bfloat16*>(ws);
+    const int64_t units = rows * (k64 / 8);
+    w4a16_permute_x_kernel<<<unsigned((units + 255) / 256), 256, 0, s>>>(x, xp, int(rows), int(k), int(k64));
+    CUDA_CHECK(cudaGetLastError());
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {cuuint64_t(k64), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k64 * 2)};
+    const cuuint32_t box[2] = {CHUNK_K, cuuint32_t(tok)}, estr[2] = {1, 1};
+    const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xp, dims, strides, box, estr,
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TETRA_CHECK(r == CUDA_SUCCESS, "matmul_nvfp4_w4a16_wgmma: cuTensorMapEncodeTiled failed (%d) for x_perm [%lld, %lld]",
+                int(r), (long long)rows, (long long)k64);
+    return map;
 }
 
 // n_ff > 0: matmul_silu (out [m, n_ff], ld_out = n_ff).
@@ -399,7 +436,7 @@ void wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* ou
     TETRA_CHECK(ws && rows_fit >= 1, "matmul_nvfp4_w4a16_wgmma: workspace of %zu bytes holds no permuted x row of %lld bytes",
                 ws_bytes, (long long)(k64 * 2));
     const w4a16_sm80_dims d = w4a16_sm80_dims_of(w.n, w.k);
-    wg_params p;
+    wg_params p{};
     p.codes = static_cast<const uint4*>(w.codes), p.scales = static_cast<const uint4*>(w.scales);
     p.n = int(w.n), p.ld_out = int(ld_out);
     p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
@@ -420,18 +457,7 @@ void wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* ou
     for (int64_t r0 = 0; r0 < m; r0 += slice) {
         const int64_t rows = std::min(slice, m - r0);
         const __nv_bfloat16* xs = static_cast<const __nv_bfloat16*>(x) + r0 * w.k;
-        __nv_bfloat16* xp = static_cast<__nv_bfloat16*>(ws);
-        const int64_t units = rows * (k64 / 8);
-        w4a16_permute_x_kernel<<<unsigned((units + 255) / 256), 256, 0, s>>>(xs, xp, int(rows), int(w.k), int(k64));
-        CUDA_CHECK(cudaGetLastError());
-        CUtensorMap map;
-        const cuuint64_t dims[2] = {cuuint64_t(k64), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k64 * 2)};
-        const cuuint32_t box[2] = {CHUNK_K, cuuint32_t(tok)}, estr[2] = {1, 1};
-        const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xp, dims, strides, box, estr,
-                                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        TETRA_CHECK(r == CUDA_SUCCESS, "matmul_nvfp4_w4a16_wgmma: cuTensorMapEncodeTiled failed (%d) for x_perm [%lld, %lld]",
-                    int(r), (long long)rows, (long long)k64);
+        const CUtensorMap map = permute_and_map(xs, rows, w.k, ws, tok, s);
         p.m = int(rows);
         p.out = static_cast<__nv_bfloat16*>(out) + r0 * ld_out;
         const int64_t groups = n_ff > 0 ? (n_ff + 63) / 64 : (d.n_tiles + TILES - 1) / TILES;
@@ -448,6 +474,32 @@ void wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* ou
 }
 
 }  // namespace
+
+void moe_matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t n_rows, const int32_t* offsets,
+                                         const moe_expert_ptrs* table, int64_t n_expert, int64_t n, int64_t k, void* out,
+                                         int64_t n_ff, void* ws, size_t ws_bytes, cudaStream_t s) {
+    constexpr int TOK = W4A16_MOE_WGMMA_TOKENS;
+    TETRA_CHECK(n_rows > 0 && n > 0 && k > 0 && k % 16 == 0 && k < INT32_MAX / 2 && n_rows < INT32_MAX / 2,
+                "moe_matmul_nvfp4_w4a16_wgmma: x [%lld, %lld], weight [%lld, %lld]", (long long)n_rows, (long long)k,
+                (long long)n, (long long)k);
+    TETRA_CHECK(ws && int64_t(w4a16_wgmma_workspace_rows(k, ws_bytes)) >= n_rows,
+                "moe_matmul_nvfp4_w4a16_wgmma: workspace of %zu bytes holds fewer than %lld permuted rows", ws_bytes,
+                (long long)n_rows);
+    const w4a16_sm80_dims d = w4a16_sm80_dims_of(n, k);
+    wg_params p{};
+    p.n = int(n), p.ld_out = int(n_ff > 0 ? n_ff : n), p.m = int(n_rows);
+    p.n_tiles = int(d.n_tiles), p.k_chunks = int(d.k_chunks), p.k_groups = int(d.k_groups);
+    p.n_ff = int(n_ff), p.offsets = offsets, p.table = table, p.ne = int(n_expert);
+    p.out = static_cast<__nv_bfloat16*>(out);
+    static std::once_flag attr_once;
+    std::call_once(attr_once, [] { set_smem_attr<TOK, false, true>(), set_smem_attr<TOK, true, true>(); });
+    const CUtensorMap map = permute_and_map(static_cast<const __nv_bfloat16*>(x), n_rows, k, ws, TOK, s);
+    const int64_t groups = n_ff > 0 ? (n_ff + 63) / 64 : (d.n_tiles + TILES - 1) / TILES;
+    const dim3 grid(unsigned(moe_items_bound(n_rows, n_expert, TOK)), unsigned(groups));
+    if (n_ff > 0) w4a16_wgmma_kernel<TOK, true, true><<<grid, THREADS, wg_tile<TOK>::SMEM_BYTES, s>>>(map, p);
+    else w4a16_wgmma_kernel<TOK, false, true><<<grid, THREADS, wg_tile<TOK>::SMEM_BYTES, s>>>(map, p);
+    CUDA_CHECK(cudaGetLastError());
+}
 
 void matmul_nvfp4_w4a16_wgmma_launch(const void* x, int64_t m, const w4a16_sm80_weight& w, void* out, int64_t ld_out,
                                      void* ws, size_t ws_bytes, cudaStream_t s, int tokens_override) {

@@ -25,6 +25,7 @@
 #include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 #include "backend/cuda/moe_expert_table_sm80.h"
+#include "backend/cuda/moe_items.cuh"
 #include "backend/moe.h"
 
 namespace tetra {
@@ -50,7 +51,6 @@ template <int KS> struct split {
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int SCALE_BYTES_MAX = cmax(split<4>::SCALE_BYTES, cmax(split<2>::SCALE_BYTES, split<1>::SCALE_BYTES));
 constexpr int X_BUDGET_MAX = 96 * 1024;        // x window bytes at most (2 CTAs per SM on H100 at NT = 4)
-constexpr unsigned FULL = 0xffffffffu;
 
 struct mma_params {
     const __nv_bfloat16* x;  // [n_rows, k]
@@ -67,40 +67,6 @@ __device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem) : "memory");
 }
 
-// Work item `item` → expert e, first permuted row r0, rows nr (1..rb): items are the passes of rb
-// rows of each non-empty expert, in expert order. Every lane gets the result; false when item is
-// past the last pass (uniform over the CTA: every warp reads the same offsets). A lane covers four
-// experts per round, so 128 experts cost one round of independent loads.
-__device__ bool find_item(const int32_t* off, int ne, int rb, int item, int lane, int& e, int& r0, int& nr) {
-    int before = 0;  // passes of the experts below this round
-    for (int e0 = 0; e0 < ne; e0 += 128) {
-        int o[5], pass[4], mine = 0;
-#pragma unroll
-        for (int j = 0; j < 5; ++j) o[j] = __ldg(off + min(e0 + 4 * lane + j, ne));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) pass[j] = (o[j + 1] - o[j] + rb - 1) / rb, mine += pass[j];
-        int incl = mine;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            int v = __shfl_up_sync(FULL, incl, d);
-            if (lane >= d) incl += v;
-        }
-        const int total = __shfl_sync(FULL, incl, 31);
-        if (item < before + total) {
-            const int src = __ffs(__ballot_sync(FULL, item < before + incl)) - 1;
-            int ee = 0, rr = 0, nn = 0, it = item - (before + incl - mine);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (it >= 0 && it < pass[j]) ee = e0 + 4 * lane + j, rr = o[j] + it * rb, nn = min(rb, o[j + 1] - rr);
-                it -= pass[j];
-            }
-            e = __shfl_sync(FULL, ee, src), r0 = __shfl_sync(FULL, rr, src), nr = __shfl_sync(FULL, nn, src);
-            return true;
-        }
-        before += total;
-    }
-    return false;
-}
 
 // x rows [r0, r0 + nr) × k [k0, k0 + kw) → smem rows of `stride` bf16; k past the end is
 // zero-filled (cp.async with 0 source bytes reads nothing). Only the nr real rows: the MMA lanes of

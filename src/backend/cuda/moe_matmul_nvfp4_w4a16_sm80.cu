@@ -121,6 +121,7 @@ void register_moe_permute_sm80(kernel_registry& r);  // moe_permute_sm80.cu
 void register_moe_combine_sm80(kernel_registry& r);  // moe_combine_sm80.cu
 void register_moe_matmul_dense_sm80(kernel_registry& r);  // moe_matmul_dense_sm80.cu
 void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r);  // moe_matmul_nvfp4_w4a16_mma_sm80.cu
+void register_moe_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r);  // moe_matmul_nvfp4_w4a16_wgmma_glue.cpp
 
 void register_moe_kernels_cuda(kernel_registry& r) {
     register_moe_route_sm80(r);
@@ -130,6 +131,7 @@ void register_moe_kernels_cuda(kernel_registry& r) {
     r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_sm80", req, 10,
                                        moe_w4a16_accepts, moe_w4a16_launch));
     register_moe_matmul_nvfp4_w4a16_mma_sm80(r);  // priority 20: the default; this one is the fallback
+    register_moe_matmul_nvfp4_w4a16_wgmma_sm90(r);  // priority 25: long batches on sm_90a
     register_moe_matmul_dense_sm80(r);
     register_moe_combine_sm80(r);
 }

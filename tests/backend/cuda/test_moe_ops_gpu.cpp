@@ -13,6 +13,7 @@
 #include <map>
 
 #include "backend/cuda/gpu_harness.h"
+#include "backend/cuda/moe_gpu_case.h"
 #include "backend/cuda/moe_expert_table_sm80.h"
 #include "backend/moe.h"
 
@@ -21,27 +22,20 @@ using namespace tetra_test;
 
 namespace {
 
+// The grouped wgmma kernel takes only long batches (≥ 16 rows per expert on average): it declines
+// most cases here, and test_moe_wgmma_gpu checks it on its own.
+const std::string k_long_batch_kernel = "moe_matmul_nvfp4_w4a16_wgmma_sm90";
+
 std::vector<int32_t> to_i32(const tensor& t) {
     std::vector<int32_t> v(size_t(t.numel()));
     std::memcpy(v.data(), t.data, v.size() * 4);
     return v;
 }
 
-std::vector<uint8_t> bytes_of(const tensor& t) {
-    const uint8_t* p = static_cast<const uint8_t*>(t.data);
-    return std::vector<uint8_t>(p, p + t.nbytes());
-}
-
 tensor i32_2d(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
     tensor t = i32_tensor(v);
     t.shape = {rows, cols};
     return t;
-}
-
-tensor row_of(const tensor& t, int64_t i) {
-    tensor r = tensor::alloc(t.type, {1, t.dim(1)});
-    std::memcpy(r.data, static_cast<const uint8_t*>(t.data) + size_t(i) * t.nbytes() / size_t(t.dim(0)), r.nbytes());
-    return r;
 }
 
 // Bit-equal f32 arrays, except that a NaN matches any NaN (x86 and the GPU make different NaN payloads).
@@ -267,20 +261,6 @@ TEST(moe_ops_gpu, permute_equals_cpu) {
 
 namespace {
 
-// n_expert random linears [n, k] (random_linear, gpu_harness.h): NVFP4 with scale_global 1/(64 + e)
-// for expert e, or dense bf16.
-std::vector<linear_weight> random_experts(rng& r, int64_t ne, int64_t n, int64_t k, bool nvfp4) {
-    std::vector<linear_weight> ex;
-    for (int64_t e = 0; e < ne; ++e) ex.push_back(random_linear(r, n, k, nvfp4, 1.0f / float(64 + e)));
-    return ex;
-}
-
-std::vector<linear_weight> prepare_all(const std::vector<linear_weight>& host) {
-    std::vector<linear_weight> out;
-    for (const linear_weight& w : host) out.push_back(gpu_be().prepare_linear(w));
-    return out;
-}
-
 // Offsets of n_rows rows over ne experts: random counts, expert 2 (and, for ne = 128, all but ~n_rows
 // experts) empty.
 std::vector<int32_t> random_offsets(rng& r, int64_t n_rows, int64_t ne) {
@@ -389,8 +369,15 @@ TEST(moe_ops_gpu, matmul_w4a16_and_dense_match_cpu) {
             ++n_cases;
         }
     EXPECT_EQ(n_cases, 88);
+    // The long-batch kernel ran the 5 bf16 shapes with ≥ 16 rows per expert and declined the rest.
+    const int long_ran = ran[k_long_batch_kernel], long_declined = declined[k_long_batch_kernel];
+    ran.erase(k_long_batch_kernel), declined.erase(k_long_batch_kernel);
+    if (long_ran + long_declined > 0)
+        EXPECT_TRUE(long_ran == 5 && long_declined == 18) << long_ran << " ran, " << long_declined << " declined";
     EXPECT_TRUE(declined.empty()) << declined.begin()->first << " declined a case";
-    expect_gpu_ran("moe_matmul_nvfp4_w4a16", ran, 23);
+    for (const kernel_entry* k : cuda_kernels("moe_matmul_nvfp4_w4a16"))
+        if (k->name != k_long_batch_kernel && kernel_rejection(*k, gpu_be().device(), nullptr).empty())
+            EXPECT_GE(ran[k->name], 23) << k->name;
     expect_gpu_ran("moe_matmul_dense", ran, 21);
     // f32: the CUDA-core kernels ran every case; the bf16-only mma kernel refused when forced
     EXPECT_EQ(ran_f32, (std::map<std::string, int>{{"moe_matmul_dense_sm80", 21}, {"moe_matmul_nvfp4_w4a16_sm80", 23}}));
@@ -456,7 +443,7 @@ TEST(moe_ops_gpu, matmul_w4a16_row_alone_equals_row_in_batch) {
     int n_kernels = 0;
     for (dtype act : {dtype::BF16, dtype::F32})
     for (const kernel_entry* kern : cuda_kernels("moe_matmul_nvfp4_w4a16")) {
-        if (!handles(*kern, act)) continue;
+        if (!handles(*kern, act) || kern->name == k_long_batch_kernel) continue;  // a row alone: too short
         tensor x = random_tensor(r, act, {rows, k});
         const int64_t es = int64_t(dtype_size(act));
         force_kernel fk("moe_matmul_nvfp4_w4a16", kern->name);
@@ -705,6 +692,7 @@ TEST(moe_ops_gpu, block_is_deterministic_alone_vs_batch_and_repeated) {
     const size_t row = size_t(blk.n_embd) * 2;
     int n_kernels = 0;
     for (const kernel_entry* kern : cuda_kernels("moe_matmul_nvfp4_w4a16")) {
+        if (kern->name == k_long_batch_kernel) continue;  // 64 tokens over 128 experts: too short for it
         force_kernel fk("moe_matmul_nvfp4_w4a16", kern->name);
         std::vector<uint8_t> batch = blk.run(x, logits);
         int nonzero = 0;
