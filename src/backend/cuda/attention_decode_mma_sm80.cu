@@ -43,71 +43,16 @@ namespace {
 using namespace attn_mma;
 
 // One block of 16 keys (from j0; keys outside [lo, hi] masked) into this lane's online-softmax
-// state: S = Q·Kᵀ, the rows' running max m and denominator l (this lane's part: the quad's sum is
-// taken at the end), O = O·alpha + P·V.
+// state: S = Q·Kᵀ, then softmax_pv (attention_mma.cuh) with the split's key range for every row.
 template <class T, int D, int R>
 __device__ __forceinline__ void mma_step(const uint32_t (&q)[R][D / 8], const mma_block<D>& blk, int j0, int lo, int hi,
-                                         float scale, int t, float (&m)[R], float (&l)[R], bool (&nan)[R],
-                                         float (&o)[D / 8][4]) {
+                                         float scale, int t, float (&m)[R], float (&l)[R], float (&o)[D / 8][4]) {
     float sc[2][4];
+    qk_block<T, D, R>(q, blk, sc);
+    int los[R], his[R];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < D / 16; ++k)
-            mma16816<T>(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1],
-                        R > 1 ? q[R - 1][2 * k + 1] : 0u, blk.k[j][2 * k], blk.k[j][2 * k + 1]);
-    }
-    // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
-    float pw[2][4];
-    float alpha[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int key = j0 + 8 * j + 2 * t + e;
-                float v = key >= lo && key <= hi ? sc[j][2 * r + e] * scale : -INFINITY;
-                nan[r] |= v != v;
-                sc[j][2 * r + e] = v;
-                mx = fmaxf(mx, v);  // a NaN score is skipped here; nan[] makes the row NaN at the end
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx);
-        alpha[r] = 1.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float w = 0.0f;
-                if (m_new != -INFINITY) w = expf(sc[j][2 * r + e] - m_new);  // −inf → 0
-                pw[j][2 * r + e] = w;
-                sum += w;
-            }
-        if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
-        l[r] = l[r] * alpha[r] + sum;
-        m[r] = m_new;
-    }
-    if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
-    uint32_t a[4], r[4];  // P's A registers: T(p) and T(p − T(p))
-    split2<T>(pw[0][0], pw[0][1], a[0], r[0]);
-    split2<T>(pw[0][2], pw[0][3], a[1], r[1]);
-    split2<T>(pw[1][0], pw[1][1], a[2], r[2]);
-    split2<T>(pw[1][2], pw[1][3], a[3], r[3]);
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
-        o[j][2] *= alpha[R - 1], o[j][3] *= alpha[R - 1];
-        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-        const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
-        const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
-        mma16816<T>(o[j], r[0], r[1], r[2], r[3], b0, b1);
-        mma16816<T>(o[j], a[0], a[1], a[2], a[3], b0, b1);
-    }
+    for (int r = 0; r < R; ++r) los[r] = lo, his[r] = hi;
+    softmax_pv<T, D, R>(sc, blk, j0, los, his, scale, t, m, l, o);
 }
 
 // This lane's rows out: the final rows in T (one split) or the split's partials (o, lse) for the
@@ -192,28 +137,17 @@ __global__ void __launch_bounds__(32) attention_decode_mma_kernel(dv2_params p) 
     if (lo <= hi && pos >= j0 && pos < j0 + 16) c.patch(j0, pos, blk);
 
     float m[R], l[R], o[D / 8][4];
-    bool nan[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f, nan[r] = false;
+    for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (; j0 <= hi; j0 += 16) {
-        mma_step<T, D, R>(q, blk, j0, lo, hi, p.scale, t, m, l, nan, o);
+        mma_step<T, D, R>(q, blk, j0, lo, hi, p.scale, t, m, l, o);
         if (j0 + 16 <= hi) c.load(j0 + 16, -1, blk);
     }
     // The quad's partial denominators, then the rows out.
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        // A live NaN score makes the row NaN (the oracle's sum of exps is NaN), also where every
-        // score of the split was NaN and the max stayed −inf, so no weight carried it into l.
-        int nf = nan[r];
-        nf |= __shfl_xor_sync(0xffffffffu, nf, 1);
-        nf |= __shfl_xor_sync(0xffffffffu, nf, 2);
-        if (nf) l[r] = __int_as_float(0x7fc00000);
-    }
+    finish_rows<R>(l);
     mma_store<T, D, R>(p, tq, head0, nh, split, g, t, m, l, o);
 }
 

@@ -124,6 +124,92 @@ struct mma_ctx {
     }
 };
 
+// S = Q·Kᵀ of one block of 16 keys (two n8 tiles j): rows g (q[0]) and g + 8 (q[R − 1], zeros for
+// R = 1), head_dim / 16 k-steps in the shared lane layout.
+template <class T, int D, int R>
+__device__ __forceinline__ void qk_block(const uint32_t (&q)[R][D / 8], const mma_block<D>& blk, float (&sc)[2][4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k)
+            mma16816<T>(sc[j], q[0][2 * k], R > 1 ? q[R - 1][2 * k] : 0u, q[0][2 * k + 1],
+                        R > 1 ? q[R - 1][2 * k + 1] : 0u, blk.k[j][2 * k], blk.k[j][2 * k + 1]);
+    }
+}
+
+// The block's scores sc (from qk_block) into this lane's online-softmax state, row r (g, g + 8)
+// seeing keys [lo[r], hi[r]]: the rows' running max m and denominator l (this lane's part: the
+// quad's sum is taken by finish_rows), and O = O·alpha + P·V with P as T(p) + T(p − T(p)). A live
+// NaN score makes the row NaN, as the oracle's sum of exps: the max skips it, its weight is NaN — also
+// while the max is still −inf (every live score so far NaN), where the other weights are 0 — and a
+// NaN l or o stays NaN (NaN · alpha, alpha · NaN).
+template <class T, int D, int R>
+__device__ __forceinline__ void softmax_pv(float (&sc)[2][4], const mma_block<D>& blk, int j0, const int (&lo)[R],
+                                           const int (&hi)[R], float scale, int t, float (&m)[R], float (&l)[R],
+                                           float (&o)[D / 8][4]) {
+    // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
+    float pw[2][4];
+    float alpha[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = j0 + 8 * j + 2 * t + e;
+                float v = key >= lo[r] && key <= hi[r] ? sc[j][2 * r + e] * scale : -INFINITY;
+                sc[j][2 * r + e] = v;
+                mx = fmaxf(mx, v);  // a NaN score is skipped here; its weight below is NaN
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        alpha[r] = 1.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float v = sc[j][2 * r + e];
+                const float w = m_new != -INFINITY ? expf(v - m_new) : v != v ? v : 0.0f;  // −inf → 0
+                pw[j][2 * r + e] = w;
+                sum += w;
+            }
+        if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = m_new;
+    }
+    if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
+    uint32_t a[4], r[4];  // P's A registers: T(p) and T(p − T(p))
+    split2<T>(pw[0][0], pw[0][1], a[0], r[0]);
+    split2<T>(pw[0][2], pw[0][3], a[1], r[1]);
+    split2<T>(pw[1][0], pw[1][1], a[2], r[2]);
+    split2<T>(pw[1][2], pw[1][3], a[3], r[3]);
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+        o[j][2] *= alpha[R - 1], o[j][3] *= alpha[R - 1];
+        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
+        const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
+        mma16816<T>(o[j], r[0], r[1], r[2], r[3], b0, b1);
+        mma16816<T>(o[j], a[0], a[1], a[2], a[3], b0, b1);
+    }
+}
+
+// After the last block: the quad's partial denominators summed (a NaN in any lane's part makes the
+// row's l NaN).
+template <int R>
+__device__ __forceinline__ void finish_rows(float (&l)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+}
+
 }  // namespace attn_mma
 }  // namespace cuda
 }  // namespace tetra

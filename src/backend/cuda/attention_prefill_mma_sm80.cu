@@ -56,71 +56,17 @@ __device__ __forceinline__ row_of make_row(const prefill_mma_params& p, int tok0
 }
 
 // One block of 16 keys from j0 for this lane's rows g (r = 0) and g + 8 (r = 1), each with its own
-// key range: S = Q·Kᵀ, the rows' running max m and denominator l (this lane's part: the quad's sum is
-// taken at the end), O = O·alpha + P·V. The next block's K (kn) is requested after S, its V after
-// P·V, so both loads overlap this block's math.
+// key range: S = Q·Kᵀ, then softmax_pv (attention_mma.cuh). The next block's K (jn ≥ 0) is requested
+// after S, its V after P·V, so both loads overlap this block's math.
 template <class T, int D>
 __device__ __forceinline__ void prefill_step(const uint32_t (&q)[2][D / 8], mma_block<D>& blk, int j0,
                                              const int (&lo)[2], const int (&hi)[2], float scale, int t,
-                                             float (&m)[2], float (&l)[2], bool (&nan)[2], float (&o)[D / 8][4],
+                                             float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
                                              const mma_ctx<T, D>& c, int jn) {
     float sc[2][4];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < D / 16; ++k)
-            mma16816<T>(sc[j], q[0][2 * k], q[1][2 * k], q[0][2 * k + 1], q[1][2 * k + 1], blk.k[j][2 * k],
-                        blk.k[j][2 * k + 1]);
-    }
+    qk_block<T, D, 2>(q, blk, sc);
     if (jn >= 0) c.load_k(jn, -1, blk);
-    float pw[2][4], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int key = j0 + 8 * j + 2 * t + e;
-                float v = key >= lo[r] && key <= hi[r] ? sc[j][2 * r + e] * scale : -INFINITY;
-                nan[r] |= v != v;
-                sc[j][2 * r + e] = v;
-                mx = fmaxf(mx, v);  // a NaN score is skipped here; nan[] makes the row NaN at the end
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx);
-        alpha[r] = 1.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float w = 0.0f;
-                if (m_new != -INFINITY) w = expf(sc[j][2 * r + e] - m_new);  // −inf → 0
-                pw[j][2 * r + e] = w;
-                sum += w;
-            }
-        if (m_new != -INFINITY) alpha[r] = expf(m[r] - m_new);  // m = −inf → 0 (l, o are 0 then)
-        l[r] = l[r] * alpha[r] + sum;
-        m[r] = m_new;
-    }
-    uint32_t a[4], rr[4];  // P's A registers: T(p) and T(p − T(p))
-    split2<T>(pw[0][0], pw[0][1], a[0], rr[0]);
-    split2<T>(pw[0][2], pw[0][3], a[1], rr[1]);
-    split2<T>(pw[1][0], pw[1][1], a[2], rr[2]);
-    split2<T>(pw[1][2], pw[1][3], a[3], rr[3]);
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1], o[j][3] *= alpha[1];
-        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-        const uint32_t b0 = prmt(blk.v[0][j / 2], blk.v[1][j / 2], sel);
-        const uint32_t b1 = prmt(blk.v[2][j / 2], blk.v[3][j / 2], sel);
-        mma16816<T>(o[j], rr[0], rr[1], rr[2], rr[3], b0, b1);
-        mma16816<T>(o[j], a[0], a[1], a[2], a[3], b0, b1);
-    }
+    softmax_pv<T, D, 2>(sc, blk, j0, lo, hi, scale, t, m, l, o);
     if (jn >= 0) c.load_v(jn, -1, blk);
 }
 
@@ -159,36 +105,26 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_mma_kernel(pref
                           p.block_tables + int64_t(s) * p.max_blocks, p.block_size, p.n_head_kv, kvh, lo_all, hi_all,
                           g, t};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
-    bool nan[2] = {false, false};
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     mma_block<D> blk;
     int j0 = lo_all / 16 * 16;
     c.load(j0, -1, blk);
     for (; j0 <= hi_all; j0 += 16)
-        prefill_step<T, D>(q, blk, j0, lo, hi, p.scale, t, m, l, nan, o, c, j0 + 16 <= hi_all ? j0 + 16 : -1);
+        prefill_step<T, D>(q, blk, j0, lo, hi, p.scale, t, m, l, o, c, j0 + 16 <= hi_all ? j0 + 16 : -1);
 
     // The quad's partial denominators and NaN flags, then the rows out (D/4 contiguous dims per lane).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        int nf = nan[r];
-        nf |= __shfl_xor_sync(0xffffffffu, nf, 1);
-        nf |= __shfl_xor_sync(0xffffffffu, nf, 2);
-        nan[r] = nf != 0;
-    }
+    finish_rows<2>(l);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (rw[r].tok < 0) continue;
+        // a NaN l (a live NaN score, or a NaN V row with weight > 0) makes the row NaN
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        const bool is_nan = nan[r] || l[r] != l[r];  // a live NaN score, or a NaN V row with weight > 0
-        const float bad = __int_as_float(0x7fc00000);
         float v[D / 4];
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
-            v[j] = is_nan ? bad : o[j][2 * r] * inv;
-            v[D / 8 + j] = is_nan ? bad : o[j][2 * r + 1] * inv;
+            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
+            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
         }
         T* dst = static_cast<T*>(p.out) + (int64_t(rw[r].tok) * p.n_head + rw[r].head) * D + (D / 4) * t;
 #pragma unroll

@@ -174,7 +174,7 @@ TEST(backend_ops_gpu, attention_nan_propagates_per_row) {
 
 // A NaN in one query row of a bf16 batch makes exactly that (token, head) output NaN in every
 // kernel, the tensor-core ones included: all of that row's scores are NaN, so its running max stays
-// −inf and no weight would carry the NaN into the sums; the kernels flag it instead.
+// −inf, and a kernel that gave every score 0 weight there would write zeros.
 TEST(backend_ops_gpu, attention_nan_query_row_bf16) {
     std::map<std::string, int> ran, declined;
     rng r(16);
