@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_mma_kernel(pref
     for (; j0 <= hi_all; j0 += 16)
         prefill_step<T, D>(q, blk, j0, lo, hi, p.scale, t, m, l, o, c, j0 + 16 <= hi_all ? j0 + 16 : -1);
 
-    // The quad's partial denominators and NaN flags, then the rows out (D/4 contiguous dims per lane).
+    // The quad's partial denominators, then the rows out (D/4 contiguous dims per lane).
     finish_rows<2>(l);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
