@@ -64,19 +64,12 @@ __device__ __forceinline__ void mma_store(const dv2_params& p, int tq, int head0
     for (int r = 0; r < R; ++r) {
         const int h = g + 8 * r;
         if (h >= nh) continue;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a NaN l makes the row NaN below
         float v[D / 4];
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
-            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
-        }
+        row_values<D>(o, l[r], r, v);
         const int64_t row = int64_t(tq) * p.n_head + head0 + h;
         if (p.n_splits == 1) {
             T* dst = static_cast<T*>(p.out) + row * D + (D / 4) * t;
-#pragma unroll
-            for (int i = 0; i < D / 32; ++i)
-                reinterpret_cast<uint4*>(dst)[i] = pack8<T>(*reinterpret_cast<const float(*)[8]>(v + 8 * i));
+            store_row<T, D>(dst, v);
         } else {
             float4* dst = reinterpret_cast<float4*>(p.part_o + (row * p.n_splits + split) * D + (D / 4) * t);
 #pragma unroll

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_device.cuh"
+#include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -208,6 +209,27 @@ __device__ __forceinline__ void finish_rows(float (&l)[R]) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
+}
+
+// Row r (g, g + 8) of this lane's O as D/4 output values (dims [(D/4)t, (D/4)(t+1)) of the lane
+// layout), normalized by the row's full denominator l; a NaN l (a live NaN score, or a NaN V row
+// with weight > 0) makes the whole row NaN, l = 0 (no live key) a zero row.
+template <int D>
+__device__ __forceinline__ void row_values(const float (&o)[D / 8][4], float l, int r, float (&v)[D / 4]) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        v[j] = l != l ? l : o[j][2 * r] * inv;
+        v[D / 8 + j] = l != l ? l : o[j][2 * r + 1] * inv;
+    }
+}
+
+// Those D/4 values to dst (the row's output at dim (D/4)t) as T, in 16-byte stores.
+template <class T, int D>
+__device__ __forceinline__ void store_row(T* dst, const float (&v)[D / 4]) {
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i)
+        reinterpret_cast<uint4*>(dst)[i] = pack8<T>(*reinterpret_cast<const float(*)[8]>(v + 8 * i));
 }
 
 }  // namespace attn_mma

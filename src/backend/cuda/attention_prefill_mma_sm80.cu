@@ -21,7 +21,6 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
-#include "backend/cuda/norm_vec.cuh"
 
 namespace tetra {
 namespace cuda {
@@ -118,18 +117,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_mma_kernel(pref
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (rw[r].tok < 0) continue;
-        // a NaN l (a live NaN score, or a NaN V row with weight > 0) makes the row NaN
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         float v[D / 4];
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            v[j] = l[r] != l[r] ? l[r] : o[j][2 * r] * inv;
-            v[D / 8 + j] = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
-        }
-        T* dst = static_cast<T*>(p.out) + (int64_t(rw[r].tok) * p.n_head + rw[r].head) * D + (D / 4) * t;
-#pragma unroll
-        for (int i = 0; i < D / 32; ++i)
-            reinterpret_cast<uint4*>(dst)[i] = pack8<T>(*reinterpret_cast<const float(*)[8]>(v + 8 * i));
+        row_values<D>(o, l[r], r, v);
+        store_row<T, D>(static_cast<T*>(p.out) + (int64_t(rw[r].tok) * p.n_head + rw[r].head) * D + (D / 4) * t, v);
     }
 }
 

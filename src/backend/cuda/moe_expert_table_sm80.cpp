@@ -5,6 +5,7 @@
 // Also moe_w4a16_experts_why_not, the grouped W4A16 kernels' shared check of the experts' layout.
 #include "backend/cuda/moe_expert_table_sm80.h"
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -59,6 +60,20 @@ std::string moe_w4a16_experts_why_not(const moe_matmul_args& a) {
         if (!why.empty()) return "expert " + std::to_string(e) + ": " + why;
     }
     return "";
+}
+
+std::string moe_w4a16_bf16_why_not(const moe_matmul_args& a) {
+    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
+    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.n_rows > INT32_MAX / 2)
+        return "shape too large for int indexing";
+    return "";
+}
+
+std::string moe_silu_fused_why_not(const moe_matmul_silu_args& a, std::string (*plain)(const moe_matmul_args&)) {
+    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
+    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
+    if (a.out.type != dtype::BF16) return "needs a bf16 out";
+    return plain(a.mm);
 }
 
 }  // namespace cuda

@@ -11,6 +11,7 @@
 
 namespace tetra {
 struct moe_matmul_args;
+struct moe_matmul_silu_args;
 namespace cuda {
 
 // One expert's weight as the kernels read it: a = codes (or the dense weight), b = scales (or
@@ -48,6 +49,12 @@ const moe_expert_ptrs* moe_expert_table(const std::vector<W>& experts, cudaStrea
 // The grouped W4A16 kernels' shared accepts() part: "" when the experts are in the sm80 packed layout
 // (w4a16_sm80_weight_why_not on the first and the last expert), else why not.
 std::string moe_w4a16_experts_why_not(const moe_matmul_args& a);
+// What the bf16 grouped kernels on tensor cores (mma, wgmma) need of any call before their own
+// conditions and moe_w4a16_experts_why_not: bf16 x and out, int-sized shapes.
+std::string moe_w4a16_bf16_why_not(const moe_matmul_args& a);
+// What their fused moe_matmul_silu forms need on top of `plain` (the kernel's own accepts() for
+// a.mm): W4A16, n_ff a multiple of 16 (the up half starts on a tile), a bf16 out.
+std::string moe_silu_fused_why_not(const moe_matmul_silu_args& a, std::string (*plain)(const moe_matmul_args&));
 
 // The grouped mma kernel's warps per weight tile (1, 2 or 4) for n_rows rows over n_expert experts
 // of an [n, k] weight on a device of sm_count SMs (moe_matmul_nvfp4_w4a16_mma_sm80.cu, ks_for):

@@ -452,8 +452,8 @@ void moe_w4a16_mma_launch(backend& be, const moe_matmul_args& a) { mma_launch<fa
 // As the CUDA-core kernel's accepts: bf16, int-sized shapes, the experts in the sm80 packed layout
 // (asked of the dense kernel's accepts() for the first and last expert), plus the grid.y bound.
 std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
-    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
-    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.n_rows > INT32_MAX / 2) return "shape too large for int indexing";
+    std::string why = moe_w4a16_bf16_why_not(a);
+    if (!why.empty()) return why;
     const int64_t ne = int64_t(a.experts->size());
     if (items_for(a.n_rows, ne, 1) > 65535)
         return "more than 65535 work items (" + std::to_string(items_for(a.n_rows, ne, 1)) + " passes of 8 rows at most)";
@@ -463,10 +463,7 @@ std::string moe_w4a16_mma_accepts(const moe_matmul_args& a) {
 // moe_matmul_silu fused: W4A16, the grouped kernel's conditions, n_ff a multiple of 16 (the up half
 // starts on a tile).
 std::string moe_silu_mma_accepts(const moe_matmul_silu_args& a) {
-    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
-    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
-    if (a.out.type != dtype::BF16) return "needs a bf16 out";
-    return moe_w4a16_mma_accepts(a.mm);
+    return moe_silu_fused_why_not(a, moe_w4a16_mma_accepts);
 }
 
 void moe_silu_mma_launch(backend& be, const moe_matmul_silu_args& a) { mma_launch<true>(be, a.mm, a.out.data, a.n_ff); }

@@ -20,9 +20,8 @@ namespace {
 constexpr int64_t k_rows_per_expert_min = 16;
 
 std::string wgmma_accepts(const moe_matmul_args& a) {
-    if (a.x.type != dtype::BF16 || a.out.type != dtype::BF16) return "needs bf16 x and out";
-    if (a.n > INT32_MAX / 2 || a.k > INT32_MAX / 2 || a.n_rows > INT32_MAX / 2)
-        return "shape too large for int indexing";
+    std::string why = moe_w4a16_bf16_why_not(a);
+    if (!why.empty()) return why;
     if (a.k % 16 != 0) return "k = " + std::to_string(a.k) + " is not a multiple of 16";
     const int64_t ne = int64_t(a.experts->size());
     if (a.n_rows < k_rows_per_expert_min * ne)
@@ -44,12 +43,7 @@ void wgmma_run(backend& be, const moe_matmul_args& a, void* out, int64_t n_ff) {
 
 void wgmma_launch(backend& be, const moe_matmul_args& a) { wgmma_run(be, a, a.out.data, 0); }
 
-std::string silu_wgmma_accepts(const moe_matmul_silu_args& a) {
-    if (a.mode != matmul_mode::W4A16) return std::string("mode ") + matmul_mode_name(a.mode) + " (fused: W4A16 only)";
-    if (a.n_ff % 16 != 0) return "n_ff = " + std::to_string(a.n_ff) + " is not a multiple of 16";
-    if (a.out.type != dtype::BF16) return "needs a bf16 out";
-    return wgmma_accepts(a.mm);
-}
+std::string silu_wgmma_accepts(const moe_matmul_silu_args& a) { return moe_silu_fused_why_not(a, wgmma_accepts); }
 
 void silu_wgmma_launch(backend& be, const moe_matmul_silu_args& a) { wgmma_run(be, a.mm, a.out.data, a.n_ff); }
 
