@@ -1,10 +1,11 @@
 // The mma.sync building blocks of the paged attention kernels on tensor cores (bf16/f16, head_dim
 // 64 or 128): attention_decode_mma_sm80 (split-KV decode, one warp per split) and
-// attention_prefill_mma_sm80 (prefill chunks and mixed batches, 16 query rows per warp). T pairs
-// in registers, the split of an f32 weight into two T values, 16-byte K/V row loads through the
-// block table in the lane layout both kernels share (attention_decode_mma_sm80.cu's header: lane
-// (g, t) holds key 8j+g's dims [(D/4)t, (D/4)(t+1)) of an S tile and keys 2t, 2t+1, 2t+8, 2t+9 at
-// dims [(D/8)g, (D/8)(g+1)) of a P·V tile).
+// attention_prefill_fa2_sm80 (prefill chunks and mixed batches, K/V tiles in shared memory). T
+// pairs in registers, the split of an f32 weight into two T values, the online softmax of a row
+// (both kernels), and the decode kernel's 16-byte K/V row loads through the block table in its lane
+// layout (attention_decode_mma_sm80.cu's header: lane (g, t) holds key 8j+g's dims [(D/4)t,
+// (D/4)(t+1)) of an S tile and keys 2t, 2t+1, 2t+8, 2t+9 at dims [(D/8)g, (D/8)(g+1)) of a P·V
+// tile).
 #pragma once
 #include <type_traits>
 
@@ -139,24 +140,22 @@ __device__ __forceinline__ void qk_block(const uint32_t (&q)[R][D / 8], const mm
     }
 }
 
-// The block's scores sc (from qk_block) into this lane's online-softmax state, row r (g, g + 8)
-// seeing keys [lo[r], hi[r]]: the rows' running max m and denominator l (this lane's part: the
-// quad's sum is taken by finish_rows), and O = O·alpha + P·V with P as T(p) + T(p − T(p)). A live
-// NaN score makes the row NaN, as the oracle's sum of exps: the max skips it, its weight is NaN — also
-// while the max is still −inf (every live score so far NaN), where the other weights are 0 — and a
-// NaN l or o stays NaN (NaN · alpha, alpha · NaN).
-template <class T, int D, int R>
-__device__ __forceinline__ void softmax_pv(float (&sc)[2][4], const mma_block<D>& blk, int j0, const int (&lo)[R],
-                                           const int (&hi)[R], float scale, int t, float (&m)[R], float (&l)[R],
-                                           float (&o)[D / 8][4]) {
-    // Online softmax per row (rows r: accumulator elements 2r, 2r+1 of both tiles).
-    float pw[2][4];
-    float alpha[R];
+// The scores sc of NT n8 tiles (keys j0 + 8j + 2t + e for accumulator elements 2r + e) into this
+// lane's online-softmax state, row r (g, g + 8) seeing keys [lo[r], hi[r]]: the rows' running max m
+// and denominator l (this lane's part: the quad's sum is taken by finish_rows), the weights pw (the
+// layout of sc) and each row's factor alpha for its O. A live NaN score makes the row NaN, as the
+// oracle's sum of exps: the max skips it, its weight is NaN — also while the max is still −inf (every
+// live score so far NaN), where the other weights are 0 — and a NaN l or o stays NaN (NaN · alpha,
+// alpha · NaN).
+template <int NT, int R>
+__device__ __forceinline__ void online_softmax(float (&sc)[NT][4], int j0, const int (&lo)[R], const int (&hi)[R],
+                                               float scale, int t, float (&m)[R], float (&l)[R], float (&pw)[NT][4],
+                                               float (&alpha)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int key = j0 + 8 * j + 2 * t + e;
@@ -170,7 +169,7 @@ __device__ __forceinline__ void softmax_pv(float (&sc)[2][4], const mma_block<D>
         alpha[r] = 1.0f;
         float sum = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float v = sc[j][2 * r + e];
@@ -182,6 +181,17 @@ __device__ __forceinline__ void softmax_pv(float (&sc)[2][4], const mma_block<D>
         l[r] = l[r] * alpha[r] + sum;
         m[r] = m_new;
     }
+}
+
+// The block's scores sc (from qk_block) into this lane's online-softmax state (online_softmax), and
+// O = O·alpha + P·V with P as T(p) + T(p − T(p)).
+template <class T, int D, int R>
+__device__ __forceinline__ void softmax_pv(float (&sc)[2][4], const mma_block<D>& blk, int j0, const int (&lo)[R],
+                                           const int (&hi)[R], float scale, int t, float (&m)[R], float (&l)[R],
+                                           float (&o)[D / 8][4]) {
+    float pw[2][4];
+    float alpha[R];
+    online_softmax<2, R>(sc, j0, lo, hi, scale, t, m, l, pw, alpha);
     if (R == 1) pw[0][2] = pw[0][3] = pw[1][2] = pw[1][3] = 0.0f;
     uint32_t a[4], r[4];  // P's A registers: T(p) and T(p − T(p))
     split2<T>(pw[0][0], pw[0][1], a[0], r[0]);

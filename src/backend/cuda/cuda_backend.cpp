@@ -29,7 +29,7 @@ void register_kernels(kernel_registry& r) {
     register_qkv_rope_store(r);
     register_decode_layers(r);
     register_attention_prefill(r);
-    register_attention_prefill_mma(r);
+    register_attention_prefill_fa2(r);
     register_attention_decode(r);
     register_attention_decode_v2(r);
     register_attention_decode_mma(r);

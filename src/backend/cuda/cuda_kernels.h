@@ -77,7 +77,7 @@ void register_attention_prefill(kernel_registry& r);
 void register_attention_decode(kernel_registry& r);
 void register_attention_decode_v2(kernel_registry& r);
 void register_attention_decode_mma(kernel_registry& r);
-void register_attention_prefill_mma(kernel_registry& r);
+void register_attention_prefill_fa2(kernel_registry& r);
 void register_attention_decode_cluster(kernel_registry& r);  // attention_decode_cluster_sm90.cu
 void register_silu_mul(kernel_registry& r);
 void register_add(kernel_registry& r);

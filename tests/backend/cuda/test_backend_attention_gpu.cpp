@@ -88,8 +88,8 @@ TEST(backend_ops_gpu, attention) {
     EXPECT_GE(ran["attention_prefill_sm80"], 300);
     // bf16 / f16 with head_dim 64 or 128 (3 head shapes × 8 batches × 2 block sizes × 3 windows for
     // bf16, × 1 × 2 for f16): every batch, decode or not
-    EXPECT_EQ(ran["attention_prefill_mma_sm80"], 192);
-    EXPECT_EQ(declined["attention_prefill_mma_sm80"], 320);
+    EXPECT_EQ(ran["attention_prefill_fa2_sm80"], 192);
+    EXPECT_EQ(declined["attention_prefill_fa2_sm80"], 320);
     EXPECT_GE(ran["attention_decode_sm80"], 80);
     EXPECT_GE(declined["attention_decode_sm80"], 200);  // batches with several query rows
     EXPECT_GE(ran["attention_decode_v2_sm80"], 200);
@@ -189,16 +189,17 @@ TEST(backend_ops_gpu, attention_nan_query_row_bf16) {
                 EXPECT_EQ(std::isnan(rv[size_t(t * 256 + e)]), t == 1 && e < 64) << "oracle " << t << "," << e;
     }
     EXPECT_EQ(ran["attention_prefill_sm80"], 2);
-    EXPECT_EQ(ran["attention_prefill_mma_sm80"], 2);
+    EXPECT_EQ(ran["attention_prefill_fa2_sm80"], 2);
     EXPECT_EQ(ran["attention_decode_mma_sm80"], 1);
     EXPECT_EQ(ran["attention_decode_v2_sm80"], 1);
 }
 
-// Long prefill chunks for the tensor-core prefill kernel (attention_prefill_mma_sm80: 16 query rows
-// = tokens × heads of one kv head per warp, 4 warps of consecutive tokens per CTA, keys in blocks of
-// 16): GQA groups 1, 3 (15 of 16 rows used), 4, 8 and 24 (two head splits of 16 and 8), a 1000-token
-// prompt, chunks over cached prefixes of 0 to 517 tokens beside decode rows, block sizes 16 and 5
-// (blocks of 16 keys across pages), windows. Every kernel against the CPU backend.
+// Long prefill chunks for the tensor-core prefill kernel (attention_prefill_fa2_sm80: 16 query rows
+// = tokens × heads of one kv head per warp, 4 warps of consecutive tokens per CTA, 64-key stages in
+// shared memory from the CTA's first key): GQA groups 1, 3 (15 of 16 rows used), 4, 8 and 24 (two
+// head splits of 16 and 8), a 1000-token prompt, chunks over cached prefixes of 0 to 517 tokens beside
+// decode rows, block sizes 16 and 5 (stages across pages), windows (stages that start inside a
+// page). Every kernel against the CPU backend.
 TEST(backend_ops_gpu, attention_prefill_long) {
     std::map<std::string, int> ran, declined;
     rng r(17);
@@ -225,7 +226,7 @@ TEST(backend_ops_gpu, attention_prefill_long) {
         check_attention_kernels(c, in, 1, ran, declined);
     }
     EXPECT_EQ(cases, 76);
-    EXPECT_EQ(ran["attention_prefill_mma_sm80"], cases);
+    EXPECT_EQ(ran["attention_prefill_fa2_sm80"], cases);
     EXPECT_EQ(ran["attention_prefill_sm80"], cases);
 }
 
