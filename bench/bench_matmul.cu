@@ -558,23 +558,27 @@ static cuda::w4a16_sm80_workspace sweep_workspace(const bench_shape& b,
     return sws;
 }
 
-static void run_sweep(int sms, double bw, void* ws_cublas) {
+static void run_sweep(int sms, double bw, void* ws_cublas, bool tw_only = false) {
     const int optin = smem_optin();
     std::printf("| shape | M | kernel | plan (T G S: CTAs) | us graph | %% of BW | max rel diff |\n"
                 "|---|---|---|---|---|---|---|\n");
     for (const llama_shape& sh : sweep_shapes()) {
+        if (tw_only && sh.n > cuda::W4A16_SWEEP_WIDE_N_MAX) continue;  // the shapes that run m > 8 on it
         bench_shape b(sh.n, sh.k, sh.what, 16, sms, ws_cublas);
         std::vector<cuda::w4a16_sweep_config> cfgs(1);  // [0]: the default plan
         cfgs[0].pdl = 1;
         const bool split = b.d.k_groups > cuda::W4A16_SWEEP_K_GROUPS_MAX;  // down: only plans that split k
-        for (int T : {1, 2, 4, 8})
-            for (int S : {1, 2, 4, 7, 8})
-                for (int GS : {1, 2, 4}) {
-                    if (T * S > 8 || (split ? S * GS > 14 || T > 2 : S * GS != b.d.k_groups)) continue;
-                    cuda::w4a16_sweep_config c;
-                    c.T = T, c.G = S * GS, c.S = S, c.pdl = 1;
-                    if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
-                }
+        for (int tw : {1, 2})
+            for (int T : {1, 2, 4, 8})
+                for (int S : {1, 2, 4, 7, 8})
+                    for (int GS : {1, 2, 4}) {
+                        if (T % tw != 0 || T / tw * S > 8 || (split ? S * GS > 14 || T > 2 : S * GS != b.d.k_groups))
+                            continue;
+                        if (tw_only ? tw == 1 || split : tw == 2) continue;  // --sweep-tw: the tw = 2 plans alone
+                        cuda::w4a16_sweep_config c;
+                        c.T = T, c.G = S * GS, c.S = S, c.tw = tw, c.pdl = 1;
+                        if (cuda::w4a16_sweep_plan_of(b.n, b.k, 1, c).smem <= size_t(optin)) cfgs.push_back(c);
+                    }
         cuda::w4a16_sm80_workspace sws = sweep_workspace(b, cfgs, 16);
         std::vector<uint16_t> ref, got;
         auto fetch = [&](long m, std::vector<uint16_t>& v) {
@@ -584,6 +588,7 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
         };
         auto bf = [](uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; };
         for (long m : {1L, 2L, 4L, 8L, 12L, 16L}) {
+            if (tw_only && (m == 2 || m == 4)) continue;  // --sweep-tw: m = 1 (the default plan) and 8-16
             const double io = double(m) * b.k * 2 + double(m) * b.n * 2;
             for (int pdl : {0, 1}) {
                 cuda::w4a16_small_config sc;
@@ -613,9 +618,9 @@ static void run_sweep(int sms, double bw, void* ws_cublas) {
                     mx = std::max(mx, double(std::fabs(bf(ref[i]))));
                     md = std::max(md, double(std::fabs(bf(ref[i]) - bf(got[i]))));
                 }
-                std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n,
+                std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d%s: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n,
                             b.k, m, ci == 0 ? " default" : "", pl.x_direct ? " x direct" : "", pl.T, pl.G, pl.S,
-                            pl.n_tb * pl.n_gr, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
+                            pl.tw == 2 ? " tw2" : "", pl.n_tb * pl.n_gr, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
                 std::fflush(stdout);
             }
         }
@@ -716,6 +721,10 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ws_cublas, cuda::CUBLASLT_WORKSPACE_BYTES));
     if (argc > 1 && std::strcmp(argv[1], "--variants") == 0) {
         run_variants(sms, bw, ws_cublas);
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--sweep-tw") == 0) {  // m = 8-16: the default plan beside tw = 2 plans
+        run_sweep(sms, bw, ws_cublas, true);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--sweep") == 0) {

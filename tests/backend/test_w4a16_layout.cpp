@@ -185,7 +185,10 @@ TEST(w4a16_sweep_plan, default_plans_by_m) {
             const std::string what = std::to_string(sh.n) + "x" + std::to_string(sh.k) + " m=" + std::to_string(m);
             EXPECT_EQ(pl.G, sh.G) << what;
             EXPECT_EQ(pl.S, sh.G) << what;
-            EXPECT_EQ(pl.T, 1) << what;
+            // two tiles per warp at m > 8 on 8 groups of ≥ 256 tiles (6144 and 4096 rows at k = 4096)
+            const int tw = m > 8 && sh.G == 8 && sh.n >= 4096 ? 2 : 1;
+            EXPECT_EQ(pl.tw, tw) << what;
+            EXPECT_EQ(pl.T, tw) << what;
             EXPECT_TRUE(pl.x_direct) << what;
             EXPECT_EQ(w4a16_sweep_why_not(pl, m), "") << what;
         }

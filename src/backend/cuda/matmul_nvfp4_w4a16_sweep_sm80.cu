@@ -186,99 +186,124 @@ __device__ __forceinline__ void sweep_write(const sweep_params& p, const float* 
 
 // MATH = false: the same copies and waits without the decode and MMAs (the access pattern's own
 // ceiling, for the bench). XD: x read by each lane from global memory (L1) in the chunk loop
-// instead of staged in shared memory.
-template <int GS, bool MATH, bool XD, bool SILU, int NB>
-__global__ void __launch_bounds__(SW_MAX_WARPS * 32, SW_MIN_CTAS) sweep_kernel(sweep_params p) {
+// instead of staged in shared memory. TW = 2 (plain, m > 8, XD): each warp takes tiles 2·ti and
+// 2·ti + 1 of its groups and applies each x load to both (half the x traffic through L1 per weight
+// byte); each tile's sums are the TW = 1 sums (the same chunk order and accumulators), so the bits do
+// not change. Launch bounds: 4 CTAs per SM (64 registers) for TW = 1, 2 for TW = 2 (two tiles' sums).
+template <int GS, bool MATH, bool XD, bool SILU, int NB, int TW = 1>
+__global__ void __launch_bounds__(SW_MAX_WARPS * 32, TW == 1 ? SW_MIN_CTAS : 2) sweep_kernel(sweep_params p) {
     static_assert(NB == 1 || (MATH && XD), "x rows 8 .. 15 are read through L1");
+    static_assert(TW == 1 || (NB == 2 && !SILU), "two tiles per warp: plain matmuls of m > 8 only");
     constexpr int CW = 8 * NB;  // columns of a warp's sums
     extern __shared__ uint4 smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int W = p.T * p.S;
+    const int U = p.T * p.S;  // unit rows of the shared layout: [T · S][GS] = [T][G] units
     const int gr = blockIdx.x / p.n_tb, tb = blockIdx.x % p.n_tb;  // group range major: address order for G = 1
-    const int ti = warp / p.S, s = warp % p.S, tile = SILU ? tb + ti * (p.n_ff / 16) : tb * p.T + ti;
+    const int ti = warp / p.S, s = warp % p.S;  // the warp's tiles: TW·ti .. TW·ti + TW − 1 of the CTA
+    int tile[TW];
+#pragma unroll
+    for (int j = 0; j < TW; ++j) tile[j] = SILU ? tb + ti * (p.n_ff / 16) : tb * p.T + ti * TW + j;
     const int gw0 = gr * p.G + s * GS;  // the warp's first group
-    const bool active = SILU ? tb < p.n_ff / 16 : tile < p.n_tiles;
-    uint4* wu = smem + size_t(warp) * GS * UNIT_U4;
+    bool active[TW];
+#pragma unroll
+    for (int j = 0; j < TW; ++j) active[j] = SILU ? tb < p.n_ff / 16 : tile[j] < p.n_tiles;
+    uint4* wu = smem + size_t(warp) * TW * GS * UNIT_U4;  // [TW][GS] units
 
     // The weight share: independent of the previous kernel, so before pdl_wait(). One commit group
-    // per unit, awaited unit by unit below.
+    // per unit u (both tiles' unit u for TW = 2), awaited unit by unit below.
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
         const int grp = gw0 + u;
-        const bool ok = active && grp < p.k_groups;
-        const uint4* src =
-            ok ? p.codes + chunk_index(tile, int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
 #pragma unroll
-        for (int c = 0; c < GROUP_CHUNKS; ++c)
-            cp_async16_w(smem_u32(wu + u * UNIT_U4 + c * 32 + lane), src + c * 32, ok ? 16 : 0);
-        const uint4* ssrc = ok ? p.scales + (size_t(tile) * p.k_groups + grp) * 32 + lane : p.scales;
-        cp_async16_w(smem_u32(wu + u * UNIT_U4 + GROUP_CHUNKS * 32 + lane), ssrc, ok ? 16 : 0);
+        for (int j = 0; j < TW; ++j) {
+            const bool ok = active[j] && grp < p.k_groups;
+            const uint4* src =
+                ok ? p.codes + chunk_index(tile[j], int64_t(grp) * GROUP_CHUNKS, p.n_tiles) * 32 + lane : p.codes;
+            uint4* dst = wu + (j * GS + u) * UNIT_U4;
+#pragma unroll
+            for (int c = 0; c < GROUP_CHUNKS; ++c)
+                cp_async16_w(smem_u32(dst + c * 32 + lane), src + c * 32, ok ? 16 : 0);
+            const uint4* ssrc = ok ? p.scales + (size_t(tile[j]) * p.k_groups + grp) * 32 + lane : p.scales;
+            cp_async16_w(smem_u32(dst + GROUP_CHUNKS * 32 + lane), ssrc, ok ? 16 : 0);
+        }
         cp_async_commit();
     }
     pdl_wait();
     pdl_trigger();
 
     const int xrow = p.G * GROUP_K + X_PAD, row = g < p.m ? g : 0, row2 = g + 8 < p.m ? g + 8 : 0;
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + w4a16_sweep_x_off(W, GS));
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + w4a16_sweep_x_off(U, GS));
     if (!XD) {
         stage_x(p, xs, xrow, gr * p.G * GROUP_K);
         __syncthreads();
     }
 
-    // Each unit's (group's) sums → shared memory, [warp][GS][16][CW]: the tile's groups in order.
-    float* red = reinterpret_cast<float*>(smem + w4a16_sweep_red_off(W, GS, XD ? 0 : p.m, p.G));
+    // Each unit's (group's) sums → shared memory, [tile][group][16][CW]: a tile's groups in order.
+    float* red = reinterpret_cast<float*>(smem + w4a16_sweep_red_off(U, GS, XD ? 0 : p.m, p.G));
 #pragma unroll
     for (int u = 0; u < GS; ++u) {
-        float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // NB = 2: x rows 8 .. 15
+        float acc[TW][2][4] = {};
+        float acc2[TW][2][4] = {};  // NB = 2: x rows 8 .. 15
         uint32_t sink = 0;
         if (u == 0) cp_async_wait<GS - 1>();
         else if (u == 1) cp_async_wait<(GS > 1 ? GS - 2 : 0)>();
         else if (u == 2) cp_async_wait<(GS > 2 ? GS - 3 : 0)>();
         else cp_async_wait<0>();
         __syncwarp();
-        const uint4* q = wu + u * UNIT_U4 + lane;
-        const uint4 sc = q[GROUP_CHUNKS * 32];
+        const uint4* q[TW];
+#pragma unroll
+        for (int j = 0; j < TW; ++j) q[j] = wu + (j * GS + u) * UNIT_U4 + lane;
+        uint4 sc[TW];
+#pragma unroll
+        for (int j = 0; j < TW; ++j) sc[j] = q[j][GROUP_CHUNKS * 32];
         const int k0 = (gw0 + u) * GROUP_K + 16 * t;  // the lane's k in chunk 0 of the unit
         const uint4* xr = XD ? reinterpret_cast<const uint4*>(p.x + size_t(row) * p.k + (k0 < p.k ? k0 : 0))
                              : reinterpret_cast<const uint4*>(xs + row * xrow + (s * GS + u) * GROUP_K + 16 * t);
         const uint4* xr2 = reinterpret_cast<const uint4*>(p.x + size_t(row2) * p.k + (k0 < p.k ? k0 : 0));
 #pragma unroll
         for (int i = 0; i < GROUP_CHUNKS; i += 2) {
-            const uint32_t two = word_of(sc, i >> 1);
+            const uint32_t two = word_of(sc[0], i >> 1);
             if (MATH) {
                 uint4 xq[4];
                 chunk_pair_x<XD>(xr, i, k0, p.k, xq);
                 if constexpr (NB == 1) {
-                    sweep_chunk(q[32 * i], two, xq[0], xq[1], acc[0]);
-                    sweep_chunk(q[32 * (i + 1)], two >> 16, xq[2], xq[3], acc[1]);
+                    sweep_chunk(q[0][32 * i], two, xq[0], xq[1], acc[0][0]);
+                    sweep_chunk(q[0][32 * (i + 1)], two >> 16, xq[2], xq[3], acc[0][1]);
                 } else {
                     uint4 xq2[4];
                     chunk_pair_x<true>(xr2, i, k0, p.k, xq2);
                     const uint4 b0[4] = {xq[0], xq[1], xq2[0], xq2[1]}, b1[4] = {xq[2], xq[3], xq2[2], xq2[3]};
-                    sweep_chunk2(q[32 * i], two, b0, acc[0], acc2[0]);
-                    sweep_chunk2(q[32 * (i + 1)], two >> 16, b1, acc[1], acc2[1]);
+#pragma unroll
+                    for (int j = 0; j < TW; ++j) {
+                        const uint32_t tj = j == 0 ? two : word_of(sc[j], i >> 1);
+                        sweep_chunk2(q[j][32 * i], tj, b0, acc[j][0], acc2[j][0]);
+                        sweep_chunk2(q[j][32 * (i + 1)], tj >> 16, b1, acc[j][1], acc2[j][1]);
+                    }
                 }
             } else {
-                const uint4 a = q[32 * i], b = q[32 * (i + 1)];
+                const uint4 a = q[0][32 * i], b = q[0][32 * (i + 1)];
                 sink ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ two;
             }
         }
-        if (!MATH) acc[0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
-        float* ru = red + (warp * GS + u) * 16 * CW;
+        if (!MATH) acc[0][0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            ru[(g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[0][e] + acc[1][e];
-            if (NB == 2) ru[(g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[0][e] + acc2[1][e];
+        for (int j = 0; j < TW; ++j) {
+            // [tile][group]: warp·GS + u = ti·G + s·GS + u for one tile per warp
+            float* ru = red + (TW == 1 ? warp * GS + u : (ti * TW + j) * p.G + s * GS + u) * 16 * CW;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                ru[(g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[j][0][e] + acc[j][1][e];
+                if (NB == 2) ru[(g + 8 * (e >> 1)) * CW + 8 + 2 * t + (e & 1)] = acc2[j][0][e] + acc2[j][1][e];
+            }
         }
     }
     __syncthreads();
     sweep_write<SILU>(p, red, CW, tb, gr);
 }
 
-template <int GS, bool MATH, bool XD, bool SILU = false, int NB = 1>
+template <int GS, bool MATH, bool XD, bool SILU = false, int NB = 1, int TW = 1>
 void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
-    auto kern = sweep_kernel<GS, MATH, XD, SILU, NB>;
+    auto kern = sweep_kernel<GS, MATH, XD, SILU, NB, TW>;
     static bool attr_set = false;
     if (!attr_set) {
         const int64_t cap = dynamic_smem_cap(reinterpret_cast<const void*>(kern), W4A16_SWEEP_STATIC_SMEM_MAX,
@@ -286,12 +311,13 @@ void launch_gs(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cap)));
         attr_set = true;
     }
-    launch_on(kern, dim3(unsigned(p.n_tb * p.n_gr)), dim3(unsigned(32 * p.T * p.S)), smem, s, pdl, p);
+    launch_on(kern, dim3(unsigned(p.n_tb * p.n_gr)), dim3(unsigned(32 * (p.T / TW) * p.S)), smem, s, pdl, p);
 }
 
 template <int GS>
-void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, bool math, bool xd) {
+void launch_modes(const sweep_params& p, size_t smem, cudaStream_t s, bool pdl, bool math, bool xd, int tw) {
     if (p.m > 8 && p.n_ff > 0) launch_gs<GS, true, true, true, 2>(p, smem, s, pdl);  // why_not: math, x direct
+    else if (p.m > 8 && tw == 2) launch_gs<GS, true, true, false, 2, 2>(p, smem, s, pdl);
     else if (p.m > 8) launch_gs<GS, true, true, false, 2>(p, smem, s, pdl);
     else if (p.n_ff > 0 && xd) launch_gs<GS, true, true, true>(p, smem, s, pdl);
     else if (p.n_ff > 0) launch_gs<GS, true, false, true>(p, smem, s, pdl);
@@ -328,9 +354,9 @@ void matmul_nvfp4_w4a16_sweep_launch(const void* x, int64_t m, const w4a16_sm80_
                 (long long)m);
     const bool pdl = cfg.pdl != 0, math = cfg.no_math == 0;
     switch (pl.G / pl.S) {
-        case 1: launch_modes<1>(p, pl.smem, s, pdl, math, pl.x_direct); break;
-        case 2: launch_modes<2>(p, pl.smem, s, pdl, math, pl.x_direct); break;
-        default: launch_modes<4>(p, pl.smem, s, pdl, math, pl.x_direct); break;
+        case 1: launch_modes<1>(p, pl.smem, s, pdl, math, pl.x_direct, pl.tw); break;
+        case 2: launch_modes<2>(p, pl.smem, s, pdl, math, pl.x_direct, pl.tw); break;
+        default: launch_modes<4>(p, pl.smem, s, pdl, math, pl.x_direct, pl.tw); break;
     }
 }
 

@@ -89,7 +89,7 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
     w4a16_sweep_plan pl;
     const bool chosen = cfg.T > 0 && cfg.silu_n_ff == 0;  // the caller's T, G, S
     if (chosen) {
-        pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G);
+        pl.T = cfg.T, pl.G = int(std::min<int64_t>(cfg.G, d.k_groups)), pl.S = std::min(cfg.S, pl.G), pl.tw = cfg.tw;
     } else {
         // The default (bench_matmul --sweep and tetra bench on an H100, docs/perf.md sessions 18 and
         // 23): all of k in one CTA (the plans that split k over CTAs measured slower on every shape).
@@ -109,6 +109,11 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
             // (G > 8 warps, down's k: refused by why_not; the bench splits k over CTAs there)
             pl.S = pl.G <= W4A16_SWEEP_MAX_WARPS ? pl.G : pl.G % 2 == 0 ? pl.G / 2 : pl.G;
             pl.T = 1;
+            // m > 8 on 8 groups and ≥ 256 tiles: two tiles per warp (tw = 2, T = 2), so each x load
+            // serves two tiles: 8B qkv at m = 16 −15 %, o_proj −5 % (bench_matmul --sweep-tw, H100,
+            // docs/perf.md session 28). Fewer tiles (Qwen3-30B-A3B's o_proj: 128) would leave half
+            // the SMs without a CTA; on 4 groups (its qkv, k = 2048) it measured +2 %.
+            if (m > 8 && pl.G == W4A16_SWEEP_MAX_WARPS && d.n_tiles >= 256) pl.T = 2, pl.tw = 2;
         }
     }
     // x staged per CTA (matmul_silu, the caller's plans) costs m rows × all of k per CTA: from m = 5
@@ -138,9 +143,13 @@ w4a16_sweep_plan w4a16_sweep_plan_of(int64_t n, int64_t k, int64_t m, const w4a1
 std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m, int64_t smem_limit) {
     if (m < 1 || m > W4A16_SWEEP_M_MAX)
         return strfmt("m = %lld: the sweep kernel takes 1..%lld rows", (long long)m, (long long)W4A16_SWEEP_M_MAX);
-    if (pl.T < 1 || pl.S < 1 || pl.T * pl.S > W4A16_SWEEP_MAX_WARPS)
-        return strfmt("plan T = %d tiles x S = %d warps per tile: at most %d warps per CTA", pl.T, pl.S,
-                      W4A16_SWEEP_MAX_WARPS);
+    if (pl.tw != 1 && pl.tw != 2) return strfmt("plan tw = %d tiles per warp: 1 or 2", pl.tw);
+    if (pl.T < 1 || pl.S < 1 || pl.T % pl.tw != 0 || pl.T / pl.tw * pl.S > W4A16_SWEEP_MAX_WARPS)
+        return strfmt("plan T = %d tiles (%d per warp) x S = %d warps per tile: T a multiple of the tiles per warp, "
+                      "at most %d warps per CTA", pl.T, pl.tw, pl.S, W4A16_SWEEP_MAX_WARPS);
+    if (pl.tw == 2 && (m <= 8 || pl.silu_n_ff > 0 || !pl.x_direct))
+        return strfmt("plan tw = 2 tiles per warp: plain matmuls of m > 8 with x through L1 only (m = %lld)",
+                      (long long)m);
     if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
     const int gs = pl.G / pl.S;
     if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);

@@ -123,6 +123,8 @@ TETRA_W4A16_HD constexpr size_t w4a16_sweep_smem(int warps, int gs, int m, int G
 
 struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the default plan
     int T = 0, G = 0, S = 0;
+    int tw = 1;         // tiles per warp (with T = the caller's): 2 = each warp takes two tiles of its
+                        // groups and reads x once for both (m > 8, plain matmul only)
     int x_direct = -1;  // 1: x read through L1, 0: staged in shared memory, -1: the plan's choice
     int pdl = 0;
     int no_math = 0;    // the copies and waits alone (bench: the access pattern's ceiling)
@@ -135,6 +137,7 @@ struct w4a16_sweep_config {  // variants for the bench and tests; T = 0: the def
 };
 struct w4a16_sweep_plan {
     int T = 0, G = 0, S = 0, n_tb = 0, n_gr = 0;
+    int tw = 1;  // tiles per warp: a CTA is T / tw · S warps
     int64_t silu_n_ff = 0;
     bool x_direct = false;
     size_t smem = 0, partial_bytes = 0, counter_count = 0;
