@@ -146,8 +146,8 @@ __device__ __forceinline__ void qk_block(const uint32_t (&q)[R][D / 8], const mm
 // layout of sc) and each row's factor alpha for its O. A live NaN score makes the row NaN, as the
 // oracle's sum of exps: the max skips it, its weight is NaN — also while the max is still −inf (every
 // live score so far NaN), where the other weights are 0 — and a NaN l or o stays NaN (NaN · alpha,
-// alpha · NaN).
-template <int NT, int R>
+// alpha · NaN). MASK = false: every key of the tiles is in every row's range (the caller checked).
+template <int NT, int R, bool MASK = true>
 __device__ __forceinline__ void online_softmax(float (&sc)[NT][4], int j0, const int (&lo)[R], const int (&hi)[R],
                                                float scale, int t, float (&m)[R], float (&l)[R], float (&pw)[NT][4],
                                                float (&alpha)[R]) {
@@ -159,7 +159,7 @@ __device__ __forceinline__ void online_softmax(float (&sc)[NT][4], int j0, const
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int key = j0 + 8 * j + 2 * t + e;
-                float v = key >= lo[r] && key <= hi[r] ? sc[j][2 * r + e] * scale : -INFINITY;
+                float v = !MASK || (key >= lo[r] && key <= hi[r]) ? sc[j][2 * r + e] * scale : -INFINITY;
                 sc[j][2 * r + e] = v;
                 mx = fmaxf(mx, v);  // a NaN score is skipped here; its weight below is NaN
             }

@@ -1,12 +1,14 @@
 // attention_prefill_fa2_sm80: paged causal attention on mma.sync for any batch (prefill chunks over
 // cached prefixes, decode rows beside them), bf16/f16, head_dim 64 or 128, GQA — FlashAttention-2
 // with the keys staged in shared memory. A CTA is 4 warps of 16 query rows each (tokens × heads of
-// one kv head: prefill_rows_params), 64 rows that share every K/V tile: blocks of 64 keys are copied by cp.async into a swizzled two-stage ring (the next block lands
-// while the warps compute on this one) and read by ldmatrix, K as the B operand of S = Q·Kᵀ and V,
-// transposed by ldmatrix.trans, as the B operand of O += P·V (P is the S accumulator, re-used as the
-// A operand). Q stays in registers in the A layout. Each row masks its own keys (causal: ≤ its
-// position; the sliding window); the CTA copies only keys in the union of its rows' ranges, zeros
-// elsewhere, so cache slots no sequence owns are never read. CTAs run heaviest first.
+// one kv head: prefill_rows_params), 64 rows that share every K/V tile: blocks of 64 keys are copied
+// by cp.async into a swizzled two-stage ring (the next block lands while the warps compute on this
+// one; one barrier per block) and read by ldmatrix, K as the B operand of S = Q·Kᵀ and V, transposed
+// by ldmatrix.trans, as the B operand of O += P·V (P is the S accumulator, re-used as the A
+// operand). Q stays in registers in the A layout. Each row masks its own keys (causal: ≤ its
+// position; the sliding window), except in blocks that lie inside every row's range of the warp; the
+// CTA copies only keys in the union of its rows' ranges, zeros elsewhere, so cache slots no
+// sequence owns are never read. CTAs run heaviest first.
 //
 // Why: it replaced attention_prefill_mma_sm80 (session 27), whose warps each loaded their own K/V
 // rows through L1 in the decode kernel's lane layout (16 rows of work per 16 keys loaded), half of a
@@ -17,7 +19,9 @@
 // Numerics as the other mma attention kernels (attention_mma.cuh): Q·K in f32 from T inputs (exact
 // products), the scale and expf, online_softmax (blocks of 64 keys), P·V as
 // T(p)·V + T(p − T(p))·V (16 significant bits of p), NaN handling included. The sum orders differ
-// from the other kernels (NMSE-level differences, tested against the CPU oracle).
+// from the other kernels (NMSE-level differences, tested against the CPU oracle). P as one T value
+// (FlashAttention's rounding, a third fewer MMAs) measured only 5 % faster at 8192 tokens (docs/perf.md,
+// session 28): the precision stays.
 #include <climits>
 #include <type_traits>
 
@@ -36,7 +40,11 @@ using w4a16::cp_async_wait;
 using w4a16::smem_u32;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kKeys = 64;  // keys per shared-memory stage
+// Keys per shared-memory stage and stages in the ring. Measured on an H100 (8-layer Llama-3.1-8B
+// prefill, docs/perf.md session 28): 3 stages of 64 keys (96 KB: 2 CTAs per SM) 10 % slower at 8192
+// tokens, 3 stages of 32 keys 1 % slower.
+constexpr int kKeys = 64;
+constexpr int kStages = 2;
 
 // The query rows: a warp owns 16 rows — tpw tokens × hp query heads of one kv head (hp = min(group,
 // 16), tpw = 16 / hp) — and a CTA `warps` warps of consecutive tokens of one (sequence, kv head,
@@ -73,7 +81,7 @@ inline void prefill_rows_plan(prefill_rows_params& p) {
 
 // One stage: the K tile, then the V tile, [kKeys][D] each (2-byte T).
 template <int D> constexpr int tile_bytes() { return kKeys * D * 2; }
-template <int D> constexpr int smem_bytes() { return 2 * 2 * tile_bytes<D>(); }
+template <int D> constexpr int smem_bytes() { return kStages * 2 * tile_bytes<D>(); }
 
 // Byte offset of 16-byte chunk c of key row r in a tile: chunk c ^ (r % 8), so that the 8 row
 // addresses of an ldmatrix phase (one chunk of 8 consecutive rows) hit 8 different bank groups.
@@ -114,7 +122,7 @@ __device__ __forceinline__ void load_stage(const T* kc, const T* vc, const int32
 
 // One stage of 64 keys from j0 (tiles at kt, vt) for this warp's rows g (r = 0) and g + 8 (r = 1):
 // S = Q·Kᵀ (eight n8 tiles), the rows' online softmax with their own key ranges, O = O·alpha + P·V.
-template <class T, int D>
+template <class T, int D, bool MASK>
 __device__ __forceinline__ void fa2_stage(const uint32_t (&q)[D / 16][4], uint32_t kt, uint32_t vt, int j0,
                                           const int (&lo)[2], const int (&hi)[2], float scale, int lane, float (&m)[2],
                                           float (&l)[2], float (&o)[D / 8][4]) {
@@ -137,7 +145,7 @@ __device__ __forceinline__ void fa2_stage(const uint32_t (&q)[D / 16][4], uint32
         }
     }
     float pw[NT][4], alpha[2];
-    online_softmax<NT, 2>(sc, j0, lo, hi, scale, t, m, l, pw, alpha);
+    online_softmax<NT, 2, MASK>(sc, j0, lo, hi, scale, t, m, l, pw, alpha);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
     // ldmatrix.x4.trans of V: matrices (keys 0-7, chunk c), (8-15, c), (0-7, c+1), (8-15, c+1): the
@@ -199,7 +207,14 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
     const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
     const uint32_t base = smem_u32(fa_smem);
     const int n_stages = (hi_c - lo_c) / kKeys + 1;
-    load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c, lo_c, hi_c, base);
+    auto stage_addr = [&](int i) { return base + uint32_t(i % kStages) * 2 * tile_bytes<D>(); };
+    // The ring's first kStages − 1 stages (one commit group each, empty past the last stage).
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n_stages)
+            load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c + i * kKeys, lo_c, hi_c, stage_addr(i));
+        cp_async_commit();
+    }
 
     // Q in the A layout: q[ks] = rows g / g + 8 at dims 16ks + 2t, 2t+1 (words 0, 1) and + 8 (words 2, 3).
     uint32_t q[D / 16][4];
@@ -218,20 +233,31 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
+    // Stages inside every live row's key range skip the masks (warp-uniform).
+    int lo_max = 0, hi_min = INT_MAX;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+        if (rw[r].tok >= 0) lo_max = max(lo_max, rw[r].lo), hi_min = min(hi_min, rw[r].hi);
+    lo_max = __reduce_max_sync(0xffffffffu, lo_max);
+    hi_min = __reduce_min_sync(0xffffffffu, hi_min);
+
     for (int i = 0; i < n_stages; ++i) {
         const int j0 = lo_c + i * kKeys;
-        if (i + 1 < n_stages) {  // the next stage into the other buffer (free since the last barrier)
-            load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, j0 + kKeys, lo_c, hi_c,
-                             base + uint32_t((i + 1) & 1) * 2 * tile_bytes<D>());
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        // Stage i has landed (the kStages − 2 newer groups may still be in flight); after the barrier
+        // every warp is also done with stage i − 1, whose buffer the load below reuses: one barrier
+        // per stage.
+        cp_async_wait<kStages - 2>();
         __syncthreads();
-        const uint32_t kt = base + uint32_t(i & 1) * 2 * tile_bytes<D>();
-        if (j0 <= hi_w && j0 + kKeys - 1 >= lo_w)  // warp-uniform: a stage outside the warp's rows is skipped
-            fa2_stage<T, D>(q, kt, kt + tile_bytes<D>(), j0, lo, hi, p.scale, lane, m, l, o);
-        __syncthreads();
+        if (i + kStages - 1 < n_stages)
+            load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, j0 + (kStages - 1) * kKeys, lo_c, hi_c,
+                             stage_addr(i + kStages - 1));
+        cp_async_commit();
+        const uint32_t kt = stage_addr(i), vt = kt + tile_bytes<D>();
+        if (j0 > hi_w || j0 + kKeys - 1 < lo_w) continue;  // warp-uniform: no row of the warp sees the stage
+        if (j0 >= lo_max && j0 + kKeys - 1 <= hi_min)
+            fa2_stage<T, D, false>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
+        else
+            fa2_stage<T, D, true>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
     }
 
     // The quad's partial denominators, then the rows out: lane (g, t) holds dims 8j + 2t, 2t+1.
