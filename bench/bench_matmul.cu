@@ -8,8 +8,8 @@
 // one CUDA graph and replayed (how decode runs); weights rotate over enough copies to exceed the
 // 50 MB L2. Prints: shape, M, µs (stream, graph), GB/s and % of measured read bandwidth (graph),
 // TFLOP/s, cuBLAS graph time / ours. Usage:
-// bench_matmul [--quick | --variants | --sweep | --splits | --large | --hot | --pattern | --pattern-bulk |
-//               --one N K M [gemv | v1]]
+// bench_matmul [--quick | --variants | --sweep | --sweep-tw | --sweep-pattern | --splits | --large | --hot |
+//               --pattern | --pattern-bulk | --one N K M [gemv | v1]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -723,7 +723,7 @@ int main(int argc, char** argv) {
         run_variants(sms, bw, ws_cublas);
         return 0;
     }
-    if (argc > 1 && std::strcmp(argv[1], "--sweep-tw") == 0) {  // m = 8-16: the default plan beside tw = 2 plans
+    if (argc > 1 && std::strcmp(argv[1], "--sweep-tw") == 0) {  // m = 1, 8-16: the default plan beside tw = 2 plans
         run_sweep(sms, bw, ws_cublas, true);
         return 0;
     }
