@@ -8,7 +8,9 @@
 // operand). Q stays in registers in the A layout. Each row masks its own keys (causal: ≤ its
 // position; the sliding window), except in blocks that lie inside every row's range of the warp; the
 // CTA copies only keys in the union of its rows' ranges, zeros elsewhere, so cache slots no
-// sequence owns are never read. CTAs run heaviest first.
+// sequence owns are never read. CTAs run heaviest first. A NaN or Inf in a V row of the CTA's range
+// reaches the rows that mask that key through the MMA's 0 · NaN (as in the kernels before it: NaN
+// spreads in the cache's garbage case, it is never dropped; the oracle leaves such rows finite).
 //
 // Why: it replaced attention_prefill_mma_sm80 (session 27), whose warps each loaded their own K/V
 // rows through L1 in the decode kernel's lane layout (16 rows of work per 16 keys loaded), half of a
@@ -41,8 +43,8 @@ using w4a16::smem_u32;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 // Keys per shared-memory stage and stages in the ring. Measured on an H100 (8-layer Llama-3.1-8B
-// prefill, docs/perf.md session 28): 3 stages of 64 keys (96 KB: 2 CTAs per SM) 10 % slower at 8192
-// tokens, 3 stages of 32 keys 1 % slower.
+// prefill, docs/perf.md session 28): 3 stages of 64 keys (96 KB: 2 CTAs per SM) or of 32 keys
+// within ±1 % of this at 2048 and 8192 tokens.
 constexpr int kKeys = 64;
 constexpr int kStages = 2;
 
@@ -102,7 +104,8 @@ __device__ __forceinline__ void ldsm4_t(uint32_t addr, uint32_t (&r)[4]) {
 }
 
 // Keys [j0, j0 + kKeys) of the CTA's (sequence, kv head) into stage buffer `st` (K tile, V tile);
-// keys outside [lo, hi] become zeros and are not read. One commit group.
+// keys outside [lo, hi] become zeros and are not read. Not committed: the caller commits one group
+// per stage (empty ones too, so that cp_async_wait<kStages − 2> counts stages).
 template <class T, int D>
 __device__ __forceinline__ void load_stage(const T* kc, const T* vc, const int32_t* bt, int block_size, int n_head_kv,
                                            int kvh, int j0, int lo, int hi, uint32_t st) {
@@ -117,7 +120,6 @@ __device__ __forceinline__ void load_stage(const T* kc, const T* vc, const int32
         cp_async16(st + tile_off<D>(r, c), kc + off, ok ? 16 : 0);
         cp_async16(st + tile_bytes<D>() + tile_off<D>(r, c), vc + off, ok ? 16 : 0);
     }
-    cp_async_commit();
 }
 
 // One stage of 64 keys from j0 (tiles at kt, vt) for this warp's rows g (r = 0) and g + 8 (r = 1):

@@ -198,8 +198,8 @@ TEST(backend_ops_gpu, attention_nan_query_row_bf16) {
 // = tokens × heads of one kv head per warp, 4 warps of consecutive tokens per CTA, 64-key stages in
 // shared memory from the CTA's first key): GQA groups 1, 3 (15 of 16 rows used), 4, 8 and 24 (two
 // head splits of 16 and 8), a 1000-token prompt, chunks over cached prefixes of 0 to 517 tokens beside
-// decode rows, block sizes 16 and 5 (stages across pages), windows (stages that start inside a
-// page). Every kernel against the CPU backend.
+// decode rows, block sizes 16 and 5 (stages across pages), windows of 50 and 130 (stages that start
+// inside a page; unmasked stages inside a window). Every kernel against the CPU backend.
 TEST(backend_ops_gpu, attention_prefill_long) {
     std::map<std::string, int> ran, declined;
     rng r(17);
@@ -212,8 +212,8 @@ TEST(backend_ops_gpu, attention_prefill_long) {
         for (auto h : hs)
             for (int64_t bs : {16, 5})
                 for (const auto& seqs : batches)
-                    for (int window : {0, 50}) {
-                        if (t == dtype::F16 && (bs == 5 || window == 50)) continue;
+                    for (int window : {0, 50, 130}) {  // 130: unmasked key blocks inside a window
+                        if (t == dtype::F16 && (bs == 5 || window != 0)) continue;
                         attn_case c{t, h.n_head, h.n_head_kv, h.head_dim, bs, seqs, window};
                         attn_inputs in = build_attn_inputs(c, r);
                         ++cases;
@@ -225,7 +225,7 @@ TEST(backend_ops_gpu, attention_prefill_long) {
         ++cases;
         check_attention_kernels(c, in, 1, ran, declined);
     }
-    EXPECT_EQ(cases, 76);
+    EXPECT_EQ(cases, 106);
     EXPECT_EQ(ran["attention_prefill_fa2_sm80"], cases);
     EXPECT_EQ(ran["attention_prefill_sm80"], cases);
 }
