@@ -205,6 +205,24 @@ TEST(w4a16_sweep_plan, default_plans_by_m) {
         }
 }
 
+// Two tiles per warp (tw = 2) only where the kernel has it: m > 8, a plain matmul, x through L1, all
+// of k in one CTA; the reason names the rule.
+TEST(w4a16_sweep_plan, two_tiles_per_warp_only_where_the_kernel_has_it) {
+    w4a16_sweep_config c;
+    c.T = 2, c.G = 8, c.S = 8, c.tw = 2;
+    EXPECT_EQ(w4a16_sweep_why_not(w4a16_sweep_plan_of(6144, 4096, 16, c), 16), "");
+    const std::string why_m = w4a16_sweep_why_not(w4a16_sweep_plan_of(6144, 4096, 8, c), 8);
+    EXPECT_NE(why_m.find("tw = 2"), std::string::npos) << why_m;
+    w4a16_sweep_config split = c;
+    split.G = 4, split.S = 4;  // two group ranges over the CTAs
+    const w4a16_sweep_plan ps = w4a16_sweep_plan_of(6144, 4096, 16, split);
+    ASSERT_EQ(ps.n_gr, 2);
+    EXPECT_NE(w4a16_sweep_why_not(ps, 16).find("group ranges"), std::string::npos);
+    w4a16_sweep_config odd = c;
+    odd.T = 3;  // not a multiple of the tiles per warp
+    EXPECT_NE(w4a16_sweep_why_not(w4a16_sweep_plan_of(6144, 4096, 16, odd), 16).find("multiple"), std::string::npos);
+}
+
 // Every default plan the registry can ask for (k ≤ 4096; m > 8 only for n ≤ 8192; plain and
 // matmul_silu) fits 99 KB, and on an H100 (232448 B) the limit changes no plan: the plans measured
 // there (docs/perf.md) stay as they were.

@@ -147,9 +147,9 @@ std::string w4a16_sweep_why_not(const w4a16_sweep_plan& pl, int64_t m, int64_t s
     if (pl.T < 1 || pl.S < 1 || pl.T % pl.tw != 0 || pl.T / pl.tw * pl.S > W4A16_SWEEP_MAX_WARPS)
         return strfmt("plan T = %d tiles (%d per warp) x S = %d warps per tile: T a multiple of the tiles per warp, "
                       "at most %d warps per CTA", pl.T, pl.tw, pl.S, W4A16_SWEEP_MAX_WARPS);
-    if (pl.tw == 2 && (m <= 8 || pl.silu_n_ff > 0 || !pl.x_direct))
-        return strfmt("plan tw = 2 tiles per warp: plain matmuls of m > 8 with x through L1 only (m = %lld)",
-                      (long long)m);
+    if (pl.tw == 2 && (m <= 8 || pl.silu_n_ff > 0 || !pl.x_direct || pl.n_gr != 1))
+        return strfmt("plan tw = 2 tiles per warp: plain matmuls of m > 8 with x through L1 and all of k in a CTA "
+                      "only (m = %lld, %d group ranges)", (long long)m, pl.n_gr);
     if (pl.G % pl.S != 0) return strfmt("plan G = %d groups is not a multiple of S = %d warps per tile", pl.G, pl.S);
     const int gs = pl.G / pl.S;
     if (gs != 1 && gs != 2 && gs != 4) return strfmt("plan G / S = %d groups per warp: 1, 2 or 4 only", gs);
