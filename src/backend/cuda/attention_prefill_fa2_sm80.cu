@@ -1,7 +1,8 @@
 // attention_prefill_fa2_sm80: paged causal attention on mma.sync for any batch (prefill chunks over
 // cached prefixes, decode rows beside them), bf16/f16, head_dim 64 or 128, GQA — FlashAttention-2
 // with the keys staged in shared memory. A CTA is 4 warps of 16 query rows each (tokens × heads of
-// one kv head: prefill_rows_params), 64 rows that share every K/V tile: blocks of 64 keys are copied
+// one kv head: prefill_rows_params), 64 rows that share every K/V tile: blocks of 64 keys (32 where
+// an SM's shared memory holds fewer than three such CTAs: attention_prefill_fa2_k32_sm80) are copied
 // by cp.async into a swizzled two-stage ring (the next block lands while the warps compute on this
 // one; one barrier per block) and read by ldmatrix, K as the B operand of S = Q·Kᵀ and V, transposed
 // by ldmatrix.trans, as the B operand of O += P·V (P is the S accumulator, re-used as the A
@@ -24,6 +25,7 @@
 // from the other kernels (NMSE-level differences, tested against the CPU oracle). P as one T value
 // (FlashAttention's rounding, a third fewer MMAs) measured only 5 % faster at 8192 tokens (docs/perf.md,
 // session 28): the precision stays.
+#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -42,10 +44,11 @@ using w4a16::cp_async_wait;
 using w4a16::smem_u32;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-// Keys per shared-memory stage and stages in the ring. Measured on an H100 (8-layer Llama-3.1-8B
-// prefill, docs/perf.md session 28): 3 stages of 64 keys (96 KB: 2 CTAs per SM) or of 32 keys
-// within ±1 % of this at 2048 and 8192 tokens.
-constexpr int kKeys = 64;
+// Stages in the ring; keys per stage (KEYS) are the kernel's template parameter: 64 where three CTAs
+// of 64-key stages fit an SM's shared memory (H100: 3 × 64 KB at head_dim 128), else 32 (A100's
+// 164 KB, the 100 KB of sm_86 / 89 / 120 / 121: one CTA of 64-key stages per SM there). Measured on
+// an H100 (8-layer Llama-3.1-8B prefill, docs/perf.md session 28): 32-key stages 1.4 % slower at
+// 8192 tokens, equal at 2048; 3 stages of 64 or 32 keys within ±1 % of 2 stages of 64.
 constexpr int kStages = 2;
 
 // The query rows: a warp owns 16 rows — tpw tokens × hp query heads of one kv head (hp = min(group,
@@ -81,9 +84,9 @@ inline void prefill_rows_plan(prefill_rows_params& p) {
     p.head_splits = (p.group + p.hp - 1) / p.hp;
 }
 
-// One stage: the K tile, then the V tile, [kKeys][D] each (2-byte T).
-template <int D> constexpr int tile_bytes() { return kKeys * D * 2; }
-template <int D> constexpr int smem_bytes() { return kStages * 2 * tile_bytes<D>(); }
+// One stage: the K tile, then the V tile, [KEYS][D] each (2-byte T).
+template <int D, int KEYS> constexpr int tile_bytes() { return KEYS * D * 2; }
+template <int D, int KEYS> constexpr int smem_bytes() { return kStages * 2 * tile_bytes<D, KEYS>(); }
 
 // Byte offset of 16-byte chunk c of key row r in a tile: chunk c ^ (r % 8), so that the 8 row
 // addresses of an ldmatrix phase (one chunk of 8 consecutive rows) hit 8 different bank groups.
@@ -103,32 +106,32 @@ __device__ __forceinline__ void ldsm4_t(uint32_t addr, uint32_t (&r)[4]) {
                  : "r"(addr));
 }
 
-// Keys [j0, j0 + kKeys) of the CTA's (sequence, kv head) into stage buffer `st` (K tile, V tile);
+// Keys [j0, j0 + KEYS) of the CTA's (sequence, kv head) into stage buffer `st` (K tile, V tile);
 // keys outside [lo, hi] become zeros and are not read. Not committed: the caller commits one group
 // per stage (empty ones too, so that cp_async_wait<kStages − 2> counts stages).
-template <class T, int D>
+template <class T, int D, int KEYS>
 __device__ __forceinline__ void load_stage(const T* kc, const T* vc, const int32_t* bt, int block_size, int n_head_kv,
                                            int kvh, int j0, int lo, int hi, uint32_t st) {
     constexpr int CPR = D / 8, ROWS = kThreads / CPR;  // 16-byte chunks per row; rows per pass
     const int c = threadIdx.x % CPR;
 #pragma unroll
-    for (int i = 0; i < kKeys / ROWS; ++i) {
+    for (int i = 0; i < KEYS / ROWS; ++i) {
         const int r = int(threadIdx.x) / CPR + i * ROWS, key = j0 + r;
         const bool ok = key >= lo && key <= hi;
         const int64_t off =
             ok ? ((int64_t(bt[key / block_size]) * block_size + key % block_size) * n_head_kv + kvh) * D + c * 8 : 0;
         cp_async16(st + tile_off<D>(r, c), kc + off, ok ? 16 : 0);
-        cp_async16(st + tile_bytes<D>() + tile_off<D>(r, c), vc + off, ok ? 16 : 0);
+        cp_async16(st + tile_bytes<D, KEYS>() + tile_off<D>(r, c), vc + off, ok ? 16 : 0);
     }
 }
 
-// One stage of 64 keys from j0 (tiles at kt, vt) for this warp's rows g (r = 0) and g + 8 (r = 1):
-// S = Q·Kᵀ (eight n8 tiles), the rows' online softmax with their own key ranges, O = O·alpha + P·V.
-template <class T, int D, bool MASK>
+// One stage of KEYS keys from j0 (tiles at kt, vt) for this warp's rows g (r = 0) and g + 8 (r = 1):
+// S = Q·Kᵀ (KEYS / 8 n8 tiles), the rows' online softmax with their own key ranges, O = O·alpha + P·V.
+template <class T, int D, int KEYS, bool MASK>
 __device__ __forceinline__ void fa2_stage(const uint32_t (&q)[D / 16][4], uint32_t kt, uint32_t vt, int j0,
                                           const int (&lo)[2], const int (&hi)[2], float scale, int lane, float (&m)[2],
                                           float (&l)[2], float (&o)[D / 8][4]) {
-    constexpr int NT = kKeys / 8;  // n8 tiles of scores
+    constexpr int NT = KEYS / 8;  // n8 tiles of scores
     const int t = lane & 3;
     float sc[NT][4];
     // ldmatrix.x4 of K: matrices (keys 0-7, chunk 2ks), (0-7, 2ks+1), (8-15, 2ks), (8-15, 2ks+1): the
@@ -154,7 +157,7 @@ __device__ __forceinline__ void fa2_stage(const uint32_t (&q)[D / 16][4], uint32
     // b0, b1 of dim tiles c and c + 1 (lane (g, t) gets keys 2t, 2t+1 (+8) at dim g).
     const int vrow = (lane & 7) + (((lane >> 3) & 1) << 3), vch = lane >> 4;
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
         uint32_t a[4], rl[4];  // P's A registers for keys 16kk .. 16kk+15: T(p) and T(p − T(p))
         split2<T>(pw[2 * kk][0], pw[2 * kk][1], a[0], rl[0]);
         split2<T>(pw[2 * kk][2], pw[2 * kk][3], a[1], rl[1]);
@@ -173,10 +176,10 @@ __device__ __forceinline__ void fa2_stage(const uint32_t (&q)[D / 16][4], uint32
 }
 
 // grid: (query tiles of kWarps · tpw tokens, n_seqs, n_head_kv · head_splits); block: kWarps warps;
-// dynamic shared memory: smem_bytes<D>(). Three CTAs per SM (≤ 168 registers: a few bytes spill at
-// head_dim 128): 8192-token prefill of an 8-layer Llama-3.1-8B 6.6 % faster than two (219
+// dynamic shared memory: smem_bytes<D, KEYS>(). Three CTAs per SM (≤ 168 registers: a few bytes
+// spill at head_dim 128): 8192-token prefill of an 8-layer Llama-3.1-8B 6.6 % faster than two (219
 // registers, no spills) on an H100 (docs/perf.md, session 28).
-template <class T, int D>
+template <class T, int D, int KEYS>
 __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(prefill_rows_params p) {
     extern __shared__ __align__(128) uint8_t fa_smem[];
     __shared__ int s_lo, s_hi;
@@ -208,13 +211,13 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
     const T* vc = static_cast<const T*>(p.v_cache);
     const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
     const uint32_t base = smem_u32(fa_smem);
-    const int n_stages = (hi_c - lo_c) / kKeys + 1;
-    auto stage_addr = [&](int i) { return base + uint32_t(i % kStages) * 2 * tile_bytes<D>(); };
+    const int n_stages = (hi_c - lo_c) / KEYS + 1;
+    auto stage_addr = [&](int i) { return base + uint32_t(i % kStages) * 2 * tile_bytes<D, KEYS>(); };
     // The ring's first kStages − 1 stages (one commit group each, empty past the last stage).
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) {
         if (i < n_stages)
-            load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c + i * kKeys, lo_c, hi_c, stage_addr(i));
+            load_stage<T, D, KEYS>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c + i * KEYS, lo_c, hi_c, stage_addr(i));
         cp_async_commit();
     }
 
@@ -244,22 +247,22 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
     hi_min = __reduce_min_sync(0xffffffffu, hi_min);
 
     for (int i = 0; i < n_stages; ++i) {
-        const int j0 = lo_c + i * kKeys;
+        const int j0 = lo_c + i * KEYS;
         // Stage i has landed (the kStages − 2 newer groups may still be in flight); after the barrier
         // every warp is also done with stage i − 1, whose buffer the load below reuses: one barrier
         // per stage.
         cp_async_wait<kStages - 2>();
         __syncthreads();
         if (i + kStages - 1 < n_stages)
-            load_stage<T, D>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, j0 + (kStages - 1) * kKeys, lo_c, hi_c,
+            load_stage<T, D, KEYS>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, j0 + (kStages - 1) * KEYS, lo_c, hi_c,
                              stage_addr(i + kStages - 1));
         cp_async_commit();
-        const uint32_t kt = stage_addr(i), vt = kt + tile_bytes<D>();
-        if (j0 > hi_w || j0 + kKeys - 1 < lo_w) continue;  // warp-uniform: no row of the warp sees the stage
-        if (j0 >= lo_max && j0 + kKeys - 1 <= hi_min)
-            fa2_stage<T, D, false>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
+        const uint32_t kt = stage_addr(i), vt = kt + tile_bytes<D, KEYS>();
+        if (j0 > hi_w || j0 + KEYS - 1 < lo_w) continue;  // warp-uniform: no row of the warp sees the stage
+        if (j0 >= lo_max && j0 + KEYS - 1 <= hi_min)
+            fa2_stage<T, D, KEYS, false>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
         else
-            fa2_stage<T, D, true>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
+            fa2_stage<T, D, KEYS, true>(q, kt, vt, j0, lo, hi, p.scale, lane, m, l, o);
     }
 
     // The quad's partial denominators, then the rows out: lane (g, t) holds dims 8j + 2t, 2t+1.
@@ -278,31 +281,45 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
     }
 }
 
-template <class T, int D>
+template <class T, int D, int KEYS>
 void fa2_launch(backend& be, const attention_args& a) {
     prefill_rows_params p{};
     attn_fill_base(a, p);
     prefill_rows_plan(p);
-    auto kern = attention_prefill_fa2_kernel<T, D>;
+    auto kern = attention_prefill_fa2_kernel<T, D, KEYS>;
     static bool attr_set = false;  // per instance; the attribute is per function, for every device
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>()));
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, KEYS>()));
         attr_set = true;
     }
     const int tokens_per_cta = kWarps * p.tpw;
     dim3 grid(unsigned((a.meta.max_seqlen_q + tokens_per_cta - 1) / tokens_per_cta), unsigned(a.meta.n_seqs),
               unsigned(p.n_head_kv * p.head_splits));
-    launch_pdl(be, kern, grid, dim3(kThreads), size_t(smem_bytes<D>()), p);
+    launch_pdl(be, kern, grid, dim3(kThreads), size_t(smem_bytes<D, KEYS>()), p);
 }
 
+template <int KEYS>
 void attention_prefill_fa2_launch(backend& be, const attention_args& a) {
     if (a.q.dim(0) == 0 || a.meta.max_seqlen_q == 0) return;
     using bf16 = __nv_bfloat16;
     const bool d64 = a.q.dim(2) == 64;
-    if (a.act == dtype::BF16) d64 ? fa2_launch<bf16, 64>(be, a) : fa2_launch<bf16, 128>(be, a);
-    else d64 ? fa2_launch<__half, 64>(be, a) : fa2_launch<__half, 128>(be, a);
+    if (a.act == dtype::BF16) d64 ? fa2_launch<bf16, 64, KEYS>(be, a) : fa2_launch<bf16, 128, KEYS>(be, a);
+    else d64 ? fa2_launch<__half, 64, KEYS>(be, a) : fa2_launch<__half, 128, KEYS>(be, a);
 }
 
+// Shared memory per SM of the current device (asked once per device).
+int64_t smem_per_sm_now() {
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    int v = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (v > 0) return v;
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
+    return v;
+}
+
+template <int KEYS>
 std::string attention_prefill_fa2_accepts(const attention_args& a) {
     std::string why = attn_accepts_common(a);
     if (!why.empty()) return why;
@@ -311,18 +328,29 @@ std::string attention_prefill_fa2_accepts(const attention_args& a) {
     for (auto x : {std::make_pair(&a.q, "q"), {&a.k_cache, "k_cache"}, {&a.v_cache, "v_cache"}, {&a.out, "out"}})
         if (reinterpret_cast<uintptr_t>(x.first->data) % 16 != 0)
             return strfmt("prefill fa2 kernel: %s is not 16-byte aligned", x.second);
+    if (KEYS == 64) {  // three CTAs per SM, each with 1 KB the hardware reserves
+        const int64_t need = 3 * (int64_t(d == 64 ? smem_bytes<64, 64>() : smem_bytes<128, 64>()) + 1024);
+        const int64_t have = smem_per_sm_now();
+        if (have < need)
+            return strfmt("prefill fa2 kernel, 64-key stages: %lld B of shared memory per SM hold fewer than 3 CTAs "
+                          "(%lld B): the 32-key form takes it", (long long)have, (long long)need);
+    }
     return "";
 }
 
 }  // namespace
 
-// sm_80: mma.sync m16n8k16, ldmatrix and cp.async with bf16/f16 operands. Priority 15: above
-// attention_prefill_sm80 (10, the CUDA-core kernel that also takes f32 and any head_dim), below the
-// decode kernels (20–40), which take only batches of one query row per sequence.
+// sm_80: mma.sync m16n8k16, ldmatrix and cp.async with bf16/f16 operands. Priorities 15 (64-key
+// stages, where three CTAs fit an SM) and 14 (32-key stages, everywhere): above attention_prefill_sm80
+// (10, the CUDA-core kernel that also takes f32 and any head_dim), below the decode kernels (20–40),
+// which take only batches of one query row per sequence.
 void register_attention_prefill_fa2(kernel_registry& r) {
     r.add(make_kernel<attention_args>("attention", "attention_prefill_fa2_sm80",
-                                      cuda_req(80, {dtype::BF16, dtype::F16}), 15, attention_prefill_fa2_accepts,
-                                      attention_prefill_fa2_launch));
+                                      cuda_req(80, {dtype::BF16, dtype::F16}), 15, attention_prefill_fa2_accepts<64>,
+                                      attention_prefill_fa2_launch<64>));
+    r.add(make_kernel<attention_args>("attention", "attention_prefill_fa2_k32_sm80",
+                                      cuda_req(80, {dtype::BF16, dtype::F16}), 14, attention_prefill_fa2_accepts<32>,
+                                      attention_prefill_fa2_launch<32>));
 }
 
 }  // namespace cuda
