@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) {
         if (i < n_stages)
-            load_stage<T, D, KEYS>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c + i * KEYS, lo_c, hi_c, stage_addr(i));
+            load_stage<T, D, KEYS>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, lo_c + i * KEYS, lo_c, hi_c,
+                                   stage_addr(i));
         cp_async_commit();
     }
 
