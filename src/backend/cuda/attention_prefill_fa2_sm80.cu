@@ -25,11 +25,11 @@
 // from the other kernels (NMSE-level differences, tested against the CPU oracle). P as one T value
 // (FlashAttention's rounding, a third fewer MMAs) measured only 5 % faster at 8192 tokens (docs/perf.md,
 // session 28): the precision stays.
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/matmul_launch.h"
 #include "backend/cuda/matmul_nvfp4_w4a16_device.cuh"
 
 namespace tetra {
@@ -308,18 +308,6 @@ void attention_prefill_fa2_launch(backend& be, const attention_args& a) {
     else d64 ? fa2_launch<__half, 64, KEYS>(be, a) : fa2_launch<__half, 128, KEYS>(be, a);
 }
 
-// Shared memory per SM of the current device (asked once per device).
-int64_t smem_per_sm_now() {
-    static std::atomic<int> cache[64];
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    int v = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
-    if (v > 0) return v;
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
-    return v;
-}
-
 template <int KEYS>
 std::string attention_prefill_fa2_accepts(const attention_args& a) {
     std::string why = attn_accepts_common(a);
@@ -331,7 +319,7 @@ std::string attention_prefill_fa2_accepts(const attention_args& a) {
             return strfmt("prefill fa2 kernel: %s is not 16-byte aligned", x.second);
     if (KEYS == 64) {  // three CTAs per SM, each with 1 KB the hardware reserves
         const int64_t need = 3 * (int64_t(d == 64 ? smem_bytes<64, 64>() : smem_bytes<128, 64>()) + 1024);
-        const int64_t have = smem_per_sm_now();
+        const int64_t have = smem_per_sm_here();
         if (have < need)
             return strfmt("prefill fa2 kernel, 64-key stages: %lld B of shared memory per SM hold fewer than 3 CTAs "
                           "(%lld B): the 32-key form takes it", (long long)have, (long long)need);

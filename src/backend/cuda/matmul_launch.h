@@ -184,6 +184,9 @@ void matmul_nvfp4_w4a16_gemv_launch(const void* x, int64_t m, const w4a16_sm80_w
 // The current device's opt-in shared memory per block, asked once per device (the W4A16 launchers'
 // cudaFuncAttributeMaxDynamicSharedMemorySize and their shared-memory fits).
 int64_t smem_optin_here();
+// The current device's shared memory per SM, asked once per device (the small-M launcher's
+// one-CTA-per-SM rule, the fa2 prefill attention's three-CTAs rule).
+int64_t smem_per_sm_here();
 // What a sweep plan may use on this device: the opt-in limit less the kernel's static allowance
 // (W4A16_SWEEP_STATIC_SMEM_MAX); the registry and the launcher pass it as w4a16_sweep_config::smem_limit.
 inline int64_t w4a16_sweep_smem_limit_here() { return smem_optin_here() - W4A16_SWEEP_STATIC_SMEM_MAX; }

@@ -48,10 +48,6 @@ int64_t attr_here(cudaDeviceAttr attr, std::atomic<int> (&cache)[64]) {
     if (cached) cache[dev].store(v, std::memory_order_relaxed);
     return v;
 }
-int64_t smem_per_sm_here() {
-    static std::atomic<int> cache[64];
-    return attr_here(cudaDevAttrMaxSharedMemoryPerMultiprocessor, cache);
-}
 // Static shared memory the small-M kernels may have beside their dynamic rings and x slots (they
 // have 16 B, s_last; launch_small / launch_run_kernel check it against their attribute).
 constexpr int64_t SMALL_STATIC_SMEM_MAX = 64;
@@ -665,6 +661,10 @@ void run_launch(small_params p, const run_plan& pl, bool early, cudaStream_t s, 
 int64_t smem_optin_here() {
     static std::atomic<int> cache[64];
     return attr_here(cudaDevAttrMaxSharedMemoryPerBlockOptin, cache);
+}
+int64_t smem_per_sm_here() {
+    static std::atomic<int> cache[64];
+    return attr_here(cudaDevAttrMaxSharedMemoryPerMultiprocessor, cache);
 }
 
 int64_t static_smem_bytes(const void* kern, int64_t allowance, const char* who) {

@@ -581,6 +581,7 @@ TEST(matmul_w4a16_sweep, every_plan_of_whole_k_equals_default_bitwise) {
         std::vector<uint16_t> x = random_bf16(16 * hw.k, 915);
         const int G = int(k / 512);
         int n_plans = 0, n_tw2 = 0;
+        const int64_t limit = cuda::smem_optin_here() - cuda::W4A16_SWEEP_STATIC_SMEM_MAX;
         for (int64_t m : {1, 3, 8, 12, 16}) {
             std::vector<uint16_t> xm(x.begin(), x.begin() + m * hw.k);
             const std::vector<uint16_t> ref = run_sweep(dw, xm, m);
@@ -591,11 +592,9 @@ TEST(matmul_w4a16_sweep, every_plan_of_whole_k_equals_default_bitwise) {
                             cuda::w4a16_sweep_config c;
                             c.T = T, c.G = G, c.S = G / GS, c.x_direct = xd, c.tw = tw;
                             const cuda::w4a16_sweep_plan pl = cuda::w4a16_sweep_plan_of(hw.n, hw.k, m, c);
-                            const int64_t limit = cuda::smem_optin_here() - cuda::W4A16_SWEEP_STATIC_SMEM_MAX;
                             if (G % GS != 0 || !cuda::w4a16_sweep_why_not(pl, m, limit).empty()) continue;
                             EXPECT_EQ(run_sweep(dw, xm, m, c), ref) << "k=" << k << " m=" << m << " T=" << T
-                                                                    << " S=" << G / GS << " x direct=" << xd
-                                                                    << " tw=" << tw;
+                                                                    << " S=" << G / GS << " xd=" << xd << " tw=" << tw;
                             ++n_plans;
                             n_tw2 += tw == 2;
                         }
