@@ -620,7 +620,8 @@ static void run_sweep(int sms, double bw, void* ws_cublas, bool tw_only = false)
                 }
                 std::printf("| %s %ldx%ld | %ld | sweep%s%s | %d %d %d%s: %d | %.2f | %.1f %% | %.2g |\n", b.what, b.n,
                             b.k, m, ci == 0 ? " default" : "", pl.x_direct ? " x direct" : "", pl.T, pl.G, pl.S,
-                            pl.tw == 2 ? " tw2" : "", pl.n_tb * pl.n_gr, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw, md / std::max(mx, 1e-30));
+                            pl.tw == 2 ? " tw2" : "", pl.n_tb * pl.n_gr, tg, 100.0 * (b.wbytes + io) / tg / 1e3 / bw,
+                            md / std::max(mx, 1e-30));
                 std::fflush(stdout);
             }
         }

@@ -36,8 +36,9 @@ __global__ void silu_mul_gate_up_kernel(const T* gate_up, T* out, int64_t rows, 
     }
 }
 
-// The same on 16-byte vectors (V = 16 / sizeof(T) elements): gate_up: [rows, 2·fv] vectors, out:
-// [rows, fv]; flat (gate_up = nullptr): gate, up, out of n = rows · fv vectors, rows = 1.
+// Both forms on 16-byte vectors (V = 16 / sizeof(T) elements), out: [rows, fv] vectors. gate_up form:
+// gate = the gate_up rows, up = gate + fv, row_stride 2·fv; flat form: rows = 1, fv = n / V,
+// row_stride 0.
 template <class T>
 __global__ void silu_mul_vec_kernel(const uint4* gate, const uint4* up, uint4* out, int64_t rows, int64_t fv,
                                     int64_t row_stride) {
