@@ -87,10 +87,9 @@ struct mma_ctx {
         const int64_t slot = slot0 >= 0 ? slot0 + (j - j0) : slot_of(j);
         return (slot * n_head_kv + kvh) * int64_t(D);
     }
-    // Loads block j0's keys except `skip` (−1: none) into b: K rows (load_k), V rows (load_v), so a
-    // caller may request the next block's K while it still uses this block's V. Keys outside
-    // [lo, hi] are zeros.
-    __device__ __forceinline__ void load_k(int j0, int skip, mma_block<D>& b) const {
+    // Loads block j0's keys except `skip` (−1: none) into b: K and V rows, the block's page slot
+    // looked up once. Keys outside [lo, hi] are zeros.
+    __device__ __forceinline__ void load(int j0, int skip, mma_block<D>& b) const {
         const int64_t slot0 = slot0_of(j0);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -99,9 +98,6 @@ struct mma_ctx {
             for (int w = 0; w < D / 8; ++w) b.k[j][w] = 0;
             if (key >= lo && key <= hi && key != skip) ld16<D / 32>(kc + row_off(slot0, j0, key) + (D / 4) * t, b.k[j]);
         }
-    }
-    __device__ __forceinline__ void load_v(int j0, int skip, mma_block<D>& b) const {
-        const int64_t slot0 = slot0_of(j0);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int key = j0 + 2 * t + (r & 1) + 8 * (r >> 1);
@@ -109,10 +105,6 @@ struct mma_ctx {
             for (int w = 0; w < D / 16; ++w) b.v[r][w] = 0;
             if (key >= lo && key <= hi && key != skip) ld16<D / 64>(vc + row_off(slot0, j0, key) + (D / 8) * g, b.v[r]);
         }
-    }
-    __device__ __forceinline__ void load(int j0, int skip, mma_block<D>& b) const {
-        load_k(j0, skip, b);
-        load_v(j0, skip, b);
     }
     // Loads only key `key` (live) of block j0 into the lanes that hold it.
     __device__ __forceinline__ void patch(int j0, int key, mma_block<D>& b) const {
@@ -221,16 +213,21 @@ __device__ __forceinline__ void finish_rows(float (&l)[R]) {
     }
 }
 
+// A finished row's value from its accumulator and denominator l (inv = row_inv(l)): a NaN l makes
+// the row NaN, l = 0 (no live key) a zero row.
+__device__ __forceinline__ float row_inv(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
+__device__ __forceinline__ float row_value(float acc, float l, float inv) { return l != l ? l : acc * inv; }
+
 // Row r (g, g + 8) of this lane's O as D/4 output values (dims [(D/4)t, (D/4)(t+1)) of the lane
 // layout), normalized by the row's full denominator l; a NaN l (a live NaN score, or a NaN V row
 // with weight > 0) makes the whole row NaN, l = 0 (no live key) a zero row.
 template <int D>
 __device__ __forceinline__ void row_values(const float (&o)[D / 8][4], float l, int r, float (&v)[D / 4]) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = row_inv(l);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-        v[j] = l != l ? l : o[j][2 * r] * inv;
-        v[D / 8 + j] = l != l ? l : o[j][2 * r + 1] * inv;
+        v[j] = row_value(o[j][2 * r], l, inv);
+        v[D / 8 + j] = row_value(o[j][2 * r + 1], l, inv);
     }
 }
 

@@ -271,13 +271,12 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (rw[r].tok < 0) continue;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a NaN l makes the row NaN, l = 0 a zero row
+        const float inv = row_inv(l[r]);
         uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) +
                                                     (int64_t(rw[r].tok) * p.n_head + rw[r].head) * D + 2 * t);
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
-            const float v0 = l[r] != l[r] ? l[r] : o[j][2 * r] * inv, v1 = l[r] != l[r] ? l[r] : o[j][2 * r + 1] * inv;
-            dst[4 * j] = pack2<T>(v0, v1);
+            dst[4 * j] = pack2<T>(row_value(o[j][2 * r], l[r], inv), row_value(o[j][2 * r + 1], l[r], inv));
         }
     }
 }

@@ -288,8 +288,8 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32, TW == 1 ? SW_MIN_CTAS : 2) 
         if (!MATH) acc[0][0][0] = sink == 0x9E3779B9u ? 1.0f : 0.0f;
 #pragma unroll
         for (int j = 0; j < TW; ++j) {
-            // [tile][group]: warp·GS + u = ti·G + s·GS + u for one tile per warp
-            float* ru = red + (TW == 1 ? warp * GS + u : (ti * TW + j) * p.G + s * GS + u) * 16 * CW;
+            // [tile][group]: tile ti·TW + j, group s·GS + u (G = S · GS, warp = ti·S + s)
+            float* ru = red + ((warp + (ti * (TW - 1) + j) * p.S) * GS + u) * 16 * CW;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 ru[(g + 8 * (e >> 1)) * CW + 2 * t + (e & 1)] = acc[j][0][e] + acc[j][1][e];
