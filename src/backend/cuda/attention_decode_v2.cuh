@@ -369,10 +369,12 @@ __global__ void attention_decode_v2_merge_kernel(dv2_params p) {
     __shared__ int s_use[128];    // split i holds keys for the row and its lse is finite
     __shared__ float s_red[32];
     __shared__ int s_nan;
+    const int64_t row = blockIdx.x;
+    // The row's position is step metadata (cuda_device.cuh's rule): read before the wait, so that the
+    // lse values (which splits hold keys depends on it) and the partials are one round trip after it.
+    const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
     pdl_wait();
     pdl_trigger();
-    const int64_t row = blockIdx.x;
-    const int t = int(row / p.n_head), pos = p.positions[t], d = threadIdx.x, D = p.head_dim;
     const float* lse = p.part_lse + row * p.n_splits;
     const float* po = p.part_o + row * p.n_splits * D + d;
     float pre[k_dv2_merge_pre];
