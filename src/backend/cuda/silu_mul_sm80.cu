@@ -2,10 +2,10 @@
 // the CPU oracle uses std::exp), rounded once to the activation dtype. Grid-stride, flattened; the
 // fused form (silu_mul_args::n_ff > 0) reads gate and up as the two halves of each gate_up row.
 // Where the rows are whole 16-byte vectors (16-byte-aligned pointers, a multiple of 16 / sizeof(T)
-// elements) each thread takes one vector of each operand: the same element arithmetic. The 2-byte form moved ~1.3 TB/s at 8192 ×
-// 14336 bf16 (the unfused gate/up of prefill chunks above 2048 tokens); with vectors an 8-layer
-// Llama-3.1-8B prefill of 8192 tokens in one chunk is 3.8 % faster on an H100 (docs/perf.md,
-// session 28).
+// elements) each thread takes one vector of each operand: the same element arithmetic. The 2-byte
+// form moved ~1.3 TB/s at 8192 × 14336 bf16 (the unfused gate/up of prefill chunks above 2048
+// tokens); with vectors an 8-layer Llama-3.1-8B prefill of 8192 tokens in one chunk is 3.8 % faster
+// on an H100 (docs/perf.md, session 28).
 #include "backend/cuda/cuda_device.cuh"
 
 namespace tetra {
@@ -25,7 +25,8 @@ __global__ void silu_mul_kernel(const U* gate, const U* up, U* out, int64_t rows
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const U* g = gate + r * row_stride;
         const U* u = up + r * row_stride;
-        for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < cols; j += int64_t(gridDim.x) * blockDim.x) {
+        for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < cols;
+             j += int64_t(gridDim.x) * blockDim.x) {
             const U gv = g[j], uv = u[j];
             U ov;
             const T* ge = reinterpret_cast<const T*>(&gv);
