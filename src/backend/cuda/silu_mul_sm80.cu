@@ -49,7 +49,7 @@ static void silu_mul_launch(backend& be, const silu_mul_args& a) {
         constexpr int V = 16 / sizeof(T);
         const bool vec = aligned16(a.gate.data) && aligned16(a.out.data) &&
                          (a.n_ff > 0 ? a.n_ff % V == 0 : aligned16(a.up.data) && n % V == 0);
-        // rows, columns (elements) and the up operand's offset / row stride (elements)
+        // rows and columns (elements); the up operand's offset and the row stride, in units, in go()
         const int64_t rows = a.n_ff > 0 ? n / a.n_ff : 1, cols = a.n_ff > 0 ? a.n_ff : n;
         auto go = [&](auto unit) {
             using U = decltype(unit);
