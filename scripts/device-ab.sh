@@ -5,7 +5,8 @@
 # reused one could keep stale objects), then `tetra bench` runs both on dummy weights of reduced-layer
 # (l8: Llama-3.1-8B with 8 layers, q12: Qwen3-30B-A3B with 12) or full (l32, q48) configs in
 # alternated rounds; a table of ms/step per batch with the change in % comes last. Needs the Debian
-# build deps in .device/debs (scripts/device-check.sh says how they are unpacked).
+# build deps in .device/debs (scripts/device-check.sh says how they are unpacked) — for `tetra`, whose
+# server includes httplib.h, also libbrotli-dev, libssl-dev and zlib1g-dev (their headers).
 # Env: BASE (tgz, default .device/base0.tgz), CFGS ("l8 q12" and/or "l32 q48"),
 # ROUNDS (2), BENCH_BATCH (1,8), TARGETS (extra ninja targets for the new tree), TESTS (ctest -R regex
 # run on the new tree), VARS ("NAME=VAL ..." extra env variants of the new tree), MM (bench_matmul args
