@@ -48,7 +48,7 @@ __device__ __forceinline__ void dv2_prefetch_split(const dv2_params& p, int s, i
     const int32_t* bt = p.block_tables + int64_t(s) * p.max_blocks;
     for (int i = int(threadIdx.x); i < (hi - lo + 1) * per_key; i += k_dv2_threads) {
         const int j = lo + i / per_key, r = i % per_key;
-        const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+        const int64_t slot = paged_slot(bt, p.block_size, j);
         const char* row = static_cast<const char*>(r < lines ? p.k_cache : p.v_cache) +
                           (slot * p.n_head_kv + kvh) * p.head_dim * int64_t(sizeof(T));
         asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (r % lines) * 128));
@@ -91,7 +91,7 @@ __device__ __forceinline__ void dv2_load(const dv2_params& p, const int32_t* bt,
     constexpr int VEC = 16 / int(sizeof(T));
     int64_t off = 0;
     if (live) {
-        int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+        int64_t slot = paged_slot(bt, p.block_size, j);
         off = (slot * p.n_head_kv + kvh) * p.head_dim;
     }
 #pragma unroll

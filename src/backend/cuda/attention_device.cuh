@@ -19,6 +19,12 @@ constexpr int k_att_bk = 32;                         // keys per tile (one per l
 constexpr int k_att_max_head_dim = 256;
 constexpr int k_att_ni = k_att_max_head_dim / 32;    // output dims per lane
 
+// The cache slot of key j of a sequence whose block table row is bt: the paged layout every
+// attention kernel reads (a K/V row is at ((slot · n_head_kv + kv head) · head_dim)).
+__device__ __forceinline__ int64_t paged_slot(const int32_t* bt, int block_size, int j) {
+    return int64_t(bt[j / block_size]) * block_size + j % block_size;
+}
+
 // The fields every paged-attention kernel reads (attn_params, and dv2_params of
 // attention_decode_v2_sm80.cu, extend it). Split-KV decode: split i covers keys
 // [i·split_len, (i+1)·split_len) (the last split: to the row's position) and writes its normalized
@@ -120,7 +126,7 @@ __device__ __forceinline__ void attn_load_tile(const attn_params& p, const int32
         int jj = i / D, d = i % D, j = j0 + jj;
         T kv = from_f32<T>(0.0f), vv = kv;
         if (j <= hi_all) {
-            int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+            int64_t slot = paged_slot(bt, p.block_size, j);
             int64_t off = (slot * p.n_head_kv + kvh) * D + d;
             kv = kc[off], vv = vc[off];
         }

@@ -79,9 +79,7 @@ struct mma_ctx {
 
     // Element offset of key j's row (the paged slot); slot0: key j0's slot when a block of 16 keys
     // from j0 (a multiple of 16) lies in one page (block_size a multiple of 16), else −1.
-    __device__ __forceinline__ int64_t slot_of(int j) const {
-        return int64_t(bt[j / block_size]) * block_size + j % block_size;
-    }
+    __device__ __forceinline__ int64_t slot_of(int j) const { return paged_slot(bt, block_size, j); }
     __device__ __forceinline__ int64_t slot0_of(int j0) const { return block_size % 16 == 0 ? slot_of(j0) : -1; }
     __device__ __forceinline__ int64_t row_off(int64_t slot0, int j0, int j) const {
         const int64_t slot = slot0 >= 0 ? slot0 + (j - j0) : slot_of(j);

@@ -119,7 +119,7 @@ __device__ __forceinline__ void load_stage(const T* kc, const T* vc, const int32
         const int r = int(threadIdx.x) / CPR + i * ROWS, key = j0 + r;
         const bool ok = key >= lo && key <= hi;
         const int64_t off =
-            ok ? ((int64_t(bt[key / block_size]) * block_size + key % block_size) * n_head_kv + kvh) * D + c * 8 : 0;
+            ok ? (paged_slot(bt, block_size, key) * n_head_kv + kvh) * D + c * 8 : 0;
         cp_async16(st + tile_off<D>(r, c), kc + off, ok ? 16 : 0);
         cp_async16(st + tile_bytes<D, KEYS>() + tile_off<D>(r, c), vc + off, ok ? 16 : 0);
     }
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_prefill_fa2_kernel(pref
         __syncthreads();
         if (i + kStages - 1 < n_stages)
             load_stage<T, D, KEYS>(kc, vc, bt, p.block_size, p.n_head_kv, kvh, j0 + (kStages - 1) * KEYS, lo_c, hi_c,
-                             stage_addr(i + kStages - 1));
+                                   stage_addr(i + kStages - 1));
         cp_async_commit();
         const uint32_t kt = stage_addr(i), vt = kt + tile_bytes<D, KEYS>();
         if (j0 > hi_w || j0 + KEYS - 1 < lo_w) continue;  // warp-uniform: no row of the warp sees the stage

@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(SW_MAX_WARPS * 32, TW == 1 ? SW_MIN_CTAS : 2) 
                     const uint4 b0[4] = {xq[0], xq[1], xq2[0], xq2[1]}, b1[4] = {xq[2], xq[3], xq2[2], xq2[3]};
 #pragma unroll
                     for (int j = 0; j < TW; ++j) {
-                        const uint32_t tj = j == 0 ? two : word_of(sc[j], i >> 1);
+                        const uint32_t tj = word_of(sc[j], i >> 1);
                         sweep_chunk2(q[j][32 * i], tj, b0, acc[j][0], acc2[j][0]);
                         sweep_chunk2(q[j][32 * (i + 1)], tj >> 16, b1, acc[j][1], acc2[j][1]);
                     }
