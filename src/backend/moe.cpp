@@ -111,13 +111,49 @@ void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const te
 
 void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
                        const tensor& topk_weights, const tensor& expert_counts, const tensor& expert_offsets,
-                       const tensor& sorted_tokens, const tensor& dest_rows) {
+                       const tensor& sorted_tokens, const tensor& dest_rows, const moe_route_front* front) {
     moe_route_permute_args a;
     a.route = route_args(be, logits, norm_topk_prob, topk_ids, topk_weights);
     a.permute = permute_args(be, topk_ids, logits.dim(1), expert_counts, expert_offsets, sorted_tokens, dest_rows);
     a.act = logits.type;
-    run_op(be, "moe_route_permute", a,
-           {&logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
+    if (!front) {
+        run_op(be, "moe_route_permute", a,
+               {&logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets, &sorted_tokens, &dest_rows});
+        return;
+    }
+    const char* op = "moe_route_permute";
+    const moe_route_front& f = *front;
+    TETRA_CHECK(f.router, "%s: the front has no router weight", op);
+    const linear_weight& r = *f.router;
+    const int64_t n_tokens = a.route.n_tokens, n_expert = a.route.n_expert;
+    check_on(be, f.residual, op, "residual"), check_on(be, f.x, op, "x"), check_on(be, f.w, op, "norm w");
+    check_on(be, f.h, op, "h");
+    check_dtype(f.residual, logits.type, op, "residual"), check_dtype(f.x, logits.type, op, "x");
+    check_dtype(f.h, logits.type, op, "h"), check_act(f.w, op, "norm w");
+    check_rank(f.residual, 2, op, "residual");
+    const int64_t n = f.residual.dim(1);
+    check_shape(f.residual, {n_tokens, n}, op, "residual"), check_shape(f.x, {n_tokens, n}, op, "x");
+    check_shape(f.h, {n_tokens, n}, op, "h"), check_shape(f.w, {n}, op, "norm w");
+    TETRA_CHECK(r.n_out == n_expert && r.n_in == n,
+                "%s: the router weight is [%lld, %lld]; expected [n_expert, n_embd] = [%lld, %lld]", op,
+                (long long)r.n_out, (long long)r.n_in, (long long)n_expert, (long long)n);
+    bool apart = disjoint(f.h, f.residual) && disjoint(f.h, f.x) && disjoint(f.residual, f.x);
+    for (const tensor* t : {&logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets, &sorted_tokens,
+                            &dest_rows})
+        apart = apart && disjoint(f.h, *t) && disjoint(f.residual, *t) && disjoint(f.x, *t);
+    TETRA_CHECK(apart, "%s: 'residual', 'x', 'h', the logits and the route's outputs must not overlap", op);
+    a.front = f;
+    const tensor& wt = r.kind == linear_kind::DENSE ? r.dense : r.codes;
+    run_op(be, "moe_route_permute", a,  // dest_rows last, as without a front: the op profile's key
+           {&f.residual, &f.x, &f.w, &f.h, &wt, &logits, &topk_ids, &topk_weights, &expert_counts, &expert_offsets,
+            &sorted_tokens, &dest_rows});
+}
+
+void moe_route_front_before(backend& be, const moe_route_permute_args& a) {
+    const moe_route_front& f = a.front;
+    if (!f.router) return;
+    be.add_rms_norm(f.residual, f.x, f.w, f.eps, f.h);
+    be.matmul(f.h, *f.router, a.route.logits, f.mode);
 }
 
 namespace {

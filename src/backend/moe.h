@@ -33,13 +33,28 @@ void moe_route(backend& be, const tensor& logits, bool norm_topk_prob, const ten
 void moe_permute(backend& be, const tensor& topk_ids, int64_t n_expert, const tensor& expert_counts,
                  const tensor& expert_offsets, const tensor& sorted_tokens, const tensor& dest_rows);
 
+// The router's inputs folded into moe_route_permute (optional): before the route,
+// add_rms_norm(residual, x, w, eps, h) and then logits = h · routerᵀ (backend::matmul in `mode`),
+// with those two ops' results bit for bit wherever they run the kernels the fused one repeats (the
+// CUDA cluster kernel: norm_vec's one-row-per-block form and the bf16 GEMV; moe_route_front_sm90.cu).
+// What it is for: at decode the post-attention norm, the router GEMV and the route + permutation are
+// three dependent launches for a few microseconds of work (docs/moe.md). residual, x, h: [n_tokens,
+// n_embd] act; w: [n_embd]; router: [n_expert, n_embd]; h must not overlap residual, x or the outputs.
+struct moe_route_front {
+    tensor residual, x, w, h;
+    float eps = 1e-6f;
+    const linear_weight* router = nullptr;  // null: no front (logits are an input)
+    matmul_mode mode = matmul_mode::AUTO;
+};
+
 // Router and permutation in one op: exactly moe_route(logits → topk_ids, topk_weights) followed by
 // moe_permute(topk_ids → expert_counts, expert_offsets, sorted_tokens, dest_rows), same outputs bit
 // for bit. What it is for: one launch instead of two on the GPU for decode batches (the step's
-// chain of small MoE kernels; docs/moe.md). Shapes as the two ops'.
+// chain of small MoE kernels; docs/moe.md). Shapes as the two ops'. front: see moe_route_front
+// (logits is then an output too).
 void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
                        const tensor& topk_weights, const tensor& expert_counts, const tensor& expert_offsets,
-                       const tensor& sorted_tokens, const tensor& dest_rows);
+                       const tensor& sorted_tokens, const tensor& dest_rows, const moe_route_front* front = nullptr);
 
 // Grouped matmul: for every expert e, out[r] = x[r] · W_eᵀ for the rows r in
 // [expert_offsets[e], expert_offsets[e + 1]), with the dense matmul's semantics per mode (W4A16:
@@ -96,11 +111,16 @@ struct moe_permute_args : op_args {
     int64_t n_tokens = 0, n_expert = 0, k = 0;
 };
 
-// "moe_route_permute": the two ops' arguments, validated as theirs (act = the logits' dtype)
+// "moe_route_permute": the two ops' arguments, validated as theirs (act = the logits' dtype);
+// front.router null = no front
 struct moe_route_permute_args : op_args {
     moe_route_args route;
     moe_permute_args permute;
+    moe_route_front front;
 };
+// A kernel's front where it has no fused form: add_rms_norm, then the router matmul, through the
+// registry (the CPU kernel and the CUDA fallback; moe.cpp). No-op without a front.
+void moe_route_front_before(backend& be, const moe_route_permute_args& a);
 
 // "moe_matmul_dense" | "moe_matmul_nvfp4_w4a16" | "moe_matmul_nvfp4_w4a4"
 struct moe_matmul_args : op_args {

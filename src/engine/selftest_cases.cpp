@@ -35,6 +35,18 @@ tensor host_i32(std::vector<int32_t> v, std::vector<int64_t> shape) {
     return h;
 }
 
+// A host tensor of dtype t (f32|bf16|f16) with element i = f(i); f's values must be exact in t.
+template <class F> tensor host_exact(dtype t, std::vector<int64_t> shape, F f) {
+    tensor h = tensor::alloc(t, std::move(shape));
+    for (int64_t i = 0; i < h.numel(); ++i) {
+        const float v = f(i);
+        if (t == dtype::F32) h.ptr<float>()[i] = v;
+        else if (t == dtype::BF16) h.ptr<uint16_t>()[i] = f32_to_bf16(v);
+        else h.ptr<uint16_t>()[i] = f32_to_f16(v);
+    }
+    return h;
+}
+
 // Every element of a tensor on `be` as f32 (bytes of u8/e4m3 tensors as their integer values: those
 // outputs are compared bit-exactly).
 void append_f32(backend& be, const tensor& t, std::vector<float>& out) {
@@ -365,6 +377,7 @@ struct case_builder {
     void quantize_case(const linear_weight& lw, const std::string& module);
     void moe_cases();  // route, permute, combine and grouped matmuls of the first MoE layer
     void moe_combine_cases(int il, int64_t nt);
+    void moe_front_case(int il);
     void moe_matmul_case(const std::string& proj, int il);
     void moe_matmul_silu_case(int il);  // the experts' fused gate/up + silu (model/moe.cpp)
 };
@@ -602,6 +615,7 @@ void case_builder::moe_cases() {
                                            &u.sorted_tokens, &u.dest_rows});
     };
     cases.push_back(rp);
+    moe_front_case(il);
     moe_combine_cases(il, nt);
     // the experts' fused gate/up output: silu_mul on the two halves of each row (model/moe.cpp)
     const int64_t nf = c.n_ff_exp;
@@ -620,6 +634,66 @@ void case_builder::moe_cases() {
     cases.push_back(f);
     for (const char* proj : {"gate_proj", "down_proj"}) moe_matmul_case(proj, il);  // up_proj: gate_proj's shape
     moe_matmul_silu_case(il);
+}
+
+
+// moe_route_permute with its front (the model's MoE layers at every step: the post-attention
+// add_rms_norm and the router matmul folded in, moe_route_front) on one n_embd-wide row. The inputs make
+// every sum exact in f32 whatever its order, so the device's kernel (on sm_90+ the one cluster
+// kernel) must equal the CPU bit for bit, norm, logits and route included: x and the residual are
+// multiples of 1/8 in [-2, 2] (their sum and squares exact, Σ squares < 2^24 · 2^-6), the norm weight
+// is 1/2, 1 or 2, and each router row holds four entries ±1, ±1/2 (a logit: four bf16 terms within
+// 2^9 of each other).
+void case_builder::moe_front_case(int il) {
+    const int64_t ne = c.n_expert, k = c.n_expert_used, n = c.n_embd;
+    const int64_t nt = 1;  // a decode step at batch 1: the one-launch kernel's case (more tokens run the parts)
+    const bool norm = c.norm_topk_prob;
+    const float eps = c.rms_norm_eps;
+    const dtype a = act;
+    op_case f;
+    f.op = "moe_route_permute";
+    f.label = strfmt("moe_route_permute + add_rms_norm + router n=%lld, %lld experts top %lld", (long long)n,
+                     (long long)ne, (long long)k);
+    f.what = strfmt("add_rms_norm x[%lld, %lld] %s (multiples of 1/8), router [%lld, %lld] (4 entries ±1, ±1/2 a "
+                    "row), route top %lld%s, layer %d's shapes", (long long)nt, (long long)n, dtype_name(a),
+                    (long long)ne, (long long)n, (long long)k, norm ? ", renormalized" : "", il);
+    f.tol = 0;  // exact inputs: bit-equal
+    f.run = [=](backend& be, int, const launch_fn& launch) {
+        auto eighths = [](int64_t i, int64_t mul, int64_t add) { return float((i * mul + add) % 33 - 16) / 8.0f; };
+        linear_weight host;
+        host.n_out = ne, host.n_in = n;
+        host.dense = host_exact(a, {ne, n}, [](int64_t) { return 0.0f; });
+        const float vals[4] = {1.0f, -1.0f, 0.5f, -0.5f};
+        for (int64_t e = 0; e < ne; ++e)
+            for (int64_t j = 0; j < 4; ++j) {
+                const int64_t i = e * n + (e * 7 + j * 131 + j * j * 17) % n;
+                if (a == dtype::F32) host.dense.ptr<float>()[i] = vals[j];
+                else host.dense.ptr<uint16_t>()[i] = a == dtype::BF16 ? f32_to_bf16(vals[j]) : f32_to_f16(vals[j]);
+            }
+        const linear_weight rw = be.prepare_linear(host);
+        moe_route_permute_args g;
+        moe_route_args& q = g.route;
+        q.act = a, q.logits = be.alloc(a, {nt, ne});
+        q.topk_ids = be.alloc(dtype::I32, {nt, k}), q.topk_weights = be.alloc(dtype::F32, {nt, k});
+        q.n_tokens = nt, q.n_expert = ne, q.k = k, q.norm_topk_prob = norm;
+        moe_permute_args& u = g.permute;
+        u.act = dtype::I32, u.topk_ids = q.topk_ids;
+        u.expert_counts = be.alloc(dtype::I32, {ne}), u.expert_offsets = be.alloc(dtype::I32, {ne + 1});
+        u.sorted_tokens = be.alloc(dtype::I32, {nt * k}), u.dest_rows = be.alloc(dtype::I32, {nt, k});
+        u.n_tokens = nt, u.n_expert = ne, u.k = k;
+        moe_route_front& fr = g.front;
+        fr.x = be.upload(host_exact(a, {nt, n}, [&](int64_t i) { return eighths(i, 37, 11); }));
+        fr.residual = be.upload(host_exact(a, {nt, n}, [&](int64_t i) { return eighths(i, 53, 5); }));
+        fr.w = be.upload(host_exact(a, {n}, [](int64_t i) { return i % 3 == 0 ? 0.5f : i % 3 == 1 ? 1.0f : 2.0f; }));
+        fr.h = be.alloc(a, {nt, n}), fr.eps = eps, fr.router = &rw, fr.mode = matmul_mode::DENSE;
+        g.act = a;
+        g.align = q.align = u.align = ptr_align({&q.logits, &q.topk_ids, &q.topk_weights, &u.expert_counts,
+                                                 &u.expert_offsets, &u.sorted_tokens, &u.dest_rows, &fr.x,
+                                                 &fr.residual, &fr.h, &rw.dense});
+        return launch_read(be, launch, g, {&fr.residual, &fr.h, &q.logits, &q.topk_ids, &q.topk_weights,
+                                           &u.expert_counts, &u.expert_offsets, &u.sorted_tokens, &u.dest_rows});
+    };
+    cases.push_back(f);
 }
 
 // moe_combine alone and with the next add_rms_norm folded in, on nt tokens of the MoE layer il's

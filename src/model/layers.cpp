@@ -185,7 +185,12 @@ class dense_decoder final : public causal_lm {
             if (run(step_op::ATTENTION)) be_.attention(q, kv.k[size_t(il)], kv.v[size_t(il)], b.meta, scale, attn);
             tap("attn_out", il, attn);
             if (run(step_op::O_PROJ)) be_.matmul(attn, L.o, proj, mode_);
-            if (run(step_op::FFN_NORM)) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
+            // An MoE layer's ffn_norm runs inside its route op (moe_route_front: at decode one CUDA launch
+            // for the norm, the router and the route), unless a class of the three is skipped or a tap
+            // must see h before the route.
+            const bool front = L.moe && !tap_ && ops_.runs(step_op::FFN_NORM) && ops_.runs(step_op::ROUTER) &&
+                               ops_.runs(step_op::ROUTE);
+            if (run(step_op::FFN_NORM) && !front) be_.add_rms_norm(residual, proj, L.ffn_norm, c.rms_norm_eps, h);
             tap("ffn_norm", il, h);
             normed = false;
             if (L.moe) {
@@ -194,7 +199,8 @@ class dense_decoder final : public causal_lm {
                 const tensor& next_w = last ? w_.norm : w_.layers[size_t(il) + 1].attn_norm;
                 moe_combine_norm next{residual, next_w, h, c.rms_norm_eps};
                 const bool fold = ops_.runs(last ? step_op::OUTPUT_NORM : step_op::ATTN_NORM);
-                normed = moe_->forward(*L.moe, h, proj, mode_, ops_, fold ? &next : nullptr);
+                moe_route_front fr{residual, proj, L.ffn_norm, h, c.rms_norm_eps};
+                normed = moe_->forward(*L.moe, h, proj, mode_, ops_, fold ? &next : nullptr, front ? &fr : nullptr);
                 tap("moe_ids", il, moe_->topk_ids(n));
             } else {
                 if (run(step_op::GATE_UP))

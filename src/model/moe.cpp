@@ -92,19 +92,24 @@ tensor front(const tensor& buf, int64_t n, int64_t ff) {
 }  // namespace
 
 bool moe_ffn::forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode, step_ops& ops,
-                      const moe_combine_norm* norm) {
+                      const moe_combine_norm* norm, const moe_route_front* rf) {
     int64_t n = h.dim(0), k = c_.n_expert_used, rows = n * k;
     tensor logits = tensor_rows(logits_, 0, n), ids = tensor_rows(ids_, 0, n), wts = tensor_rows(weights_, 0, n);
     tensor sorted = tensor_rows(sorted_, 0, rows), dest = tensor_rows(dest_, 0, n);
     tensor xs = tensor_rows(xs_, 0, rows), g = tensor_rows(g_, 0, rows), ys = tensor_rows(ys_, 0, rows);
-    if (ops.run(step_op::ROUTER)) be_.matmul(h, L.router, logits, mode);
+    // With a front, the caller's add_rms_norm, the router and the route are one op (the CUDA decode
+    // kernel: one launch for the three; moe_route_front_sm90.cu).
+    moe_route_front f;
+    if (rf) f = *rf, f.router = &L.router, f.mode = mode;
+    const bool router = ops.run(step_op::ROUTER);  // with a front: inside the route op (the caller checked it runs)
+    if (router && !rf) be_.matmul(h, L.router, logits, mode);
     // The grouped matmuls run at least two launches after the permutation wrote the offsets (the
     // gather is between): offsets_early lets their kernels find their work before the previous
     // kernel ends (moe_matmul_args::offsets_early). `early` stays false only where a skipped class
     // (bench --breakdown) would leave no launch between the permutation and the matmul.
     bool early = true;
     if (ops.run(step_op::ROUTE)) {
-        moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest);
+        moe_route_permute(be_, logits, c_.norm_topk_prob, ids, wts, counts_, offsets_, sorted, dest, rf ? &f : nullptr);
         early = false;
     }
     if (ops.run(step_op::GATHER)) {

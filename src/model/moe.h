@@ -44,9 +44,11 @@ class moe_ffn {
     // h: [n_tokens, n_embd] act (the post-attention norm output); out: [n_tokens, n_embd] act
     // ops: the model's step_ops (the MoE classes are counted and skipped there). norm: the next
     // add_rms_norm, folded into the combine (moe_combine_norm; h may be its output: the combine is the
-    // block's last reader of h). Returns whether it ran (false: the combine class was skipped).
+    // block's last reader of h). front: the post-attention add_rms_norm that makes h, folded into the
+    // route (moe_route_front; its router is set here), or null when the caller ran it. Returns
+    // whether it ran (false: the combine class was skipped).
     bool forward(const moe_layer_weights& L, const tensor& h, const tensor& out, matmul_mode mode, step_ops& ops,
-                 const moe_combine_norm* norm = nullptr);
+                 const moe_combine_norm* norm = nullptr, const moe_route_front* front = nullptr);
     // The last forward's routed experts: i32 [n_tokens, n_expert_used] on the device (first n rows).
     tensor topk_ids(int64_t n) const { return tensor_rows(ids_, 0, n); }
 

@@ -282,6 +282,56 @@ TEST(moe_ops, route_permute) {
     expect_all_ran("moe_route_permute", ran, 30);
 }
 
+// moe_route_permute with a front (moe_route_front): add_rms_norm, the router matmul and the route +
+// permutation in one op equal the three ops run one after the other, every output bit for bit (the
+// new residual, h, the logits, the six route outputs); overlapping tensors and a router of the wrong
+// shape are errors that name them.
+TEST(moe_ops, route_permute_with_front) {
+    rng r(107);
+    auto bytes = [](const tensor& t) {
+        const uint8_t* p = static_cast<const uint8_t*>(t.data);
+        return std::vector<uint8_t>(p, p + t.nbytes());
+    };
+    for (dtype at : {dtype::F32, dtype::BF16}) {
+        const int64_t nt = 3, n = 48, ne = 16, k = 4;
+        linear_weight router;
+        router.n_out = ne, router.n_in = n, router.dense = random_tensor(r, at, {ne, n}, 0.5);
+        tensor x = random_tensor(r, at, {nt, n}), res0 = random_tensor(r, at, {nt, n}, 4.0);
+        tensor nw = random_tensor(r, dtype::BF16, {n});
+        std::vector<std::vector<uint8_t>> got[2];
+        for (int fused = 0; fused < 2; ++fused) {
+            tensor res = tensor::alloc(at, {nt, n}), h = tensor::alloc(at, {nt, n}), logits = tensor::alloc(at, {nt, ne});
+            std::memcpy(res.data, res0.data, res0.nbytes());
+            tensor ids = tensor::alloc(dtype::I32, {nt, k}), w = tensor::alloc(dtype::F32, {nt, k});
+            tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
+            tensor cs = tensor::alloc(dtype::I32, {nt * k}), cd = tensor::alloc(dtype::I32, {nt, k});
+            if (fused) {
+                moe_route_front f{res, x, nw, h, 1e-5f, &router};
+                moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd, &f);
+                moe_route_front bad = f;
+                bad.h = res;
+                EXPECT_NE(error_of([&] { moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd, &bad); })
+                              .find("must not overlap"),
+                          std::string::npos);
+                linear_weight wrong = router;
+                wrong.n_in = n / 2, wrong.dense = random_tensor(r, at, {ne, n / 2});
+                bad = f, bad.router = &wrong;
+                EXPECT_NE(error_of([&] { moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd, &bad); })
+                              .find("the router weight is [16, 24]; expected [n_expert, n_embd] = [16, 48]"),
+                          std::string::npos);
+            } else {
+                cpu_be().add_rms_norm(res, x, nw, 1e-5f, h);
+                cpu_be().matmul(h, router, logits);
+                moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd);
+            }
+            for (const tensor* t : {&res, &h, &logits, &ids, &w, &cc, &co, &cs, &cd}) got[fused].push_back(bytes(*t));
+        }
+        ASSERT_EQ(got[0].size(), got[1].size());
+        for (size_t i = 0; i < got[0].size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << dn(at) << ": output " << i;
+        EXPECT_NE(got[1][0], bytes(res0)) << dn(at) << ": the residual was not updated";
+    }
+}
+
 TEST(moe_ops, matmul_grouped) {
     std::map<std::string, int> ran;
     rng r(103);

@@ -118,6 +118,7 @@ std::string moe_w4a16_accepts(const moe_matmul_args& a) {
 
 void register_moe_route_sm80(kernel_registry& r);    // moe_route_sm80.cu
 void register_moe_permute_sm80(kernel_registry& r);  // moe_permute_sm80.cu
+void register_moe_route_front_sm90(kernel_registry& r);  // moe_route_front_sm90.cu
 void register_moe_combine_sm80(kernel_registry& r);  // moe_combine_sm80.cu
 void register_moe_matmul_dense_sm80(kernel_registry& r);  // moe_matmul_dense_sm80.cu
 void register_moe_matmul_nvfp4_w4a16_mma_sm80(kernel_registry& r);  // moe_matmul_nvfp4_w4a16_mma_sm80.cu
@@ -126,6 +127,7 @@ void register_moe_matmul_nvfp4_w4a16_wgmma_sm90(kernel_registry& r);  // moe_mat
 void register_moe_kernels_cuda(kernel_registry& r) {
     register_moe_route_sm80(r);
     register_moe_permute_sm80(r);
+    register_moe_route_front_sm90(r);  // moe_route_permute with a front, decode batches on sm_90+
     kernel_req req = cuda_req(80, {dtype::BF16, dtype::F32});
     req.align = 16;
     r.add(make_kernel<moe_matmul_args>("moe_matmul_nvfp4_w4a16", "moe_matmul_nvfp4_w4a16_sm80", req, 10,

@@ -90,45 +90,6 @@ __device__ __forceinline__ void permute_block(const int32_t* ids, int32_t* count
     }
 }
 
-// The same permutation by one warp where the assignments fit its lanes (n ≤ 32: decode, k ≤ 8 and
-// ≤ 4 tokens): ids in shared memory (sid); assignment i of expert e goes to row offsets[e] + the
-// number of earlier assignments of e — the stable order of the counting sort above, with no block
-// barrier (the route + permute kernel's critical path at batch 1: docs/perf.md, session 20). The ids
-// reach every lane by shuffles (lane j holds assignment j) and lane l counts experts l, l + 32, …
-// in registers (ne ≤ PERM_EXPERTS: the fused launch's bound), not by reloading the ids from shared
-// memory per expert (docs/perf.md, session 26).
-constexpr int PERM_EXPERTS = 256;
-__device__ __forceinline__ void permute_warp(const int32_t* sid, int32_t* counts, int32_t* offsets, int32_t* sorted,
-                                             int32_t* dest, int n, int ne, int k) {
-    constexpr int PER = PERM_EXPERTS / 32;
-    const int lane = threadIdx.x & 31;
-    const int e = lane < n ? sid[lane] : -1;
-    const bool valid = lane < n && e >= 0 && e < ne;
-    const unsigned vmask = __ballot_sync(FULL, valid);
-    int rank = 0, c[PER] = {}, o[PER] = {};
-    for (int j = 0; j < n; ++j) {
-        const int ej = __shfl_sync(FULL, e, j);
-        const bool vj = (vmask >> j) & 1u;
-        rank += vj && (ej < e || (ej == e && j < lane));
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            const int x = lane + 32 * i;
-            c[i] += vj && ej == x;
-            o[i] += vj && ej < x;
-        }
-    }
-    if (valid) {
-        dest[lane] = rank;
-        sorted[rank] = lane / k;
-    }
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-        const int x = lane + 32 * i;
-        if (x < ne) counts[x] = c[i], offsets[x] = o[i];
-    }
-    if (lane == 0) offsets[ne] = __popc(vmask);
-}
-
 __global__ void __launch_bounds__(THREADS) moe_permute_kernel(const int32_t* ids, int32_t* counts, int32_t* offsets,
                                                               int32_t* sorted, int32_t* dest, int n, int ne, int k,
                                                               bool staged) {
@@ -222,7 +183,7 @@ __global__ void __launch_bounds__(THREADS) moe_route_permute_kernel(const T* __r
     if (warp_perm) {  // n_tokens · k ≤ 32: one warp permutes (n_tokens is uniform: the block's or warp 0's barrier)
         if (n_tokens > 1) __syncthreads();
         else __syncwarp();
-        if (warp == 0) permute_warp(sid, counts, offsets, sorted, dest, n_tokens * k, ne, k);
+        if (warp == 0) route::permute_warp(sid, counts, offsets, sorted, dest, n_tokens * k, ne, k);
         return;
     }
     __syncthreads();  // permute_block's first loop does not touch sid, its barrier follows
@@ -271,6 +232,7 @@ std::string moe_route_accepts(const moe_route_args& a);
 // router scratch + offsets + ids within the default 48 KB; otherwise the two kernels one after the
 // other. ≤ 32 assignments (n_tokens · k): the permutation by warp 0 (permute_warp).
 static void moe_route_permute_launch(backend& be, const moe_route_permute_args& a) {
+    moe_route_front_before(be, a);  // a front: its two ops first (moe_route_front_sm90 fuses them)
     const moe_route_args& r = a.route;
     const moe_permute_args& p = a.permute;
     route::with_epl(r.n_expert, [&](auto epl) {
@@ -278,7 +240,7 @@ static void moe_route_permute_launch(backend& be, const moe_route_permute_args& 
         const int words = route::route_words(int(r.n_expert), int(r.k), EPL);
         const size_t smem = (size_t(r.n_tokens) * size_t(words) + size_t(r.n_expert + r.n_tokens * r.k)) * 4;
         if constexpr (EPL <= 8) {
-            static_assert(32 * EPL <= PERM_EXPERTS, "permute_warp counts every expert of the fused launch");
+            static_assert(32 * EPL <= route::PERM_EXPERTS, "permute_warp counts every expert of the fused launch");
             if (r.n_tokens >= 1 && r.n_tokens <= WARPS && smem <= size_t(k_permute_smem)) {
                 dispatch_act(r.act, [&](auto tag) {
                     using T = typename decltype(tag)::type;

@@ -1,6 +1,7 @@
 // Device code of the router (moe_route_sm80.cu) shared with the fused router + permutation
-// (moe_permute_sm80.cu): one warp per token, mirroring moe_route_cpu's f32 operation order (see
-// moe_route_sm80.cu).
+// (moe_permute_sm80.cu) and the fused norm + router GEMV + route + permutation
+// (moe_route_front_sm90.cu): one warp per token, mirroring moe_route_cpu's f32 operation order (see
+// moe_route_sm80.cu); the one-warp permutation of a decode batch.
 #pragma once
 #include <algorithm>
 #include <type_traits>
@@ -160,6 +161,45 @@ __device__ __forceinline__ void route_token(const T* __restrict__ logits, int32_
         w[size_t(t) * size_t(k) + size_t(lane)] = x;
         if (sid) sid[t * k + lane] = slot_id[lane];
     }
+}
+
+// The same permutation by one warp where the assignments fit its lanes (n ≤ 32: decode, k ≤ 8 and
+// ≤ 4 tokens): ids in shared memory (sid); assignment i of expert e goes to row offsets[e] + the
+// number of earlier assignments of e — the stable order of moe_permute_sm80's counting sort, with no block
+// barrier (the route + permute kernels' critical path at batch 1: docs/perf.md, session 20). The ids
+// reach every lane by shuffles (lane j holds assignment j) and lane l counts experts l, l + 32, …
+// in registers (ne ≤ PERM_EXPERTS: the fused launch's bound), not by reloading the ids from shared
+// memory per expert (docs/perf.md, session 26).
+constexpr int PERM_EXPERTS = 256;
+__device__ __forceinline__ void permute_warp(const int32_t* sid, int32_t* counts, int32_t* offsets, int32_t* sorted,
+                                             int32_t* dest, int n, int ne, int k) {
+    constexpr int PER = PERM_EXPERTS / 32;
+    const int lane = threadIdx.x & 31;
+    const int e = lane < n ? sid[lane] : -1;
+    const bool valid = lane < n && e >= 0 && e < ne;
+    const unsigned vmask = __ballot_sync(FULL, valid);
+    int rank = 0, c[PER] = {}, o[PER] = {};
+    for (int j = 0; j < n; ++j) {
+        const int ej = __shfl_sync(FULL, e, j);
+        const bool vj = (vmask >> j) & 1u;
+        rank += vj && (ej < e || (ej == e && j < lane));
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int x = lane + 32 * i;
+            c[i] += vj && ej == x;
+            o[i] += vj && ej < x;
+        }
+    }
+    if (valid) {
+        dest[lane] = rank;
+        sorted[rank] = lane / k;
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int x = lane + 32 * i;
+        if (x < ne) counts[x] = c[i], offsets[x] = o[i];
+    }
+    if (lane == 0) offsets[ne] = __popc(vmask);
 }
 
 template <class T, int EPL>

@@ -646,6 +646,88 @@ TEST(moe_ops_gpu, combine_with_folded_norm_equals_combine_then_norm) {
     EXPECT_EQ(n_cases, 56);
 }
 
+// moe_route_permute with a front (the post-attention add_rms_norm and the router matmul folded in,
+// moe_route_front) on the GPU equals its three ops on the GPU (add_rms_norm, the router matmul,
+// moe_route_permute) bit for bit, every output: for one token on sm_90+ the one cluster kernel
+// (moe_route_front_sm90) must be the one that ran, and it repeats norm_vec's and the bf16 GEMV's
+// sums; 2 and 4 tokens take moe_route_permute_sm80, which runs the two ops before its own kernel.
+// Against the CPU: the residual bit for bit (an element-wise bf16 add), h within an NMSE of 1e-5
+// (bf16 rounding of sums in another order), and the CPU's route of the GPU's logits bit for bit.
+// Shapes: Qwen3-30B-A3B's (n_embd 2048, 128 experts, top 8) at 1, 2 and 4 tokens, n_embd 264 (two
+// warps; an 8-element tail per row of the GEMV), 1000 and 4096, 4 / 60 / 64 / 256 experts (CTAs with
+// no router rows, slices past the last expert), f32 and bf16 norm weights.
+TEST(moe_ops_gpu, route_permute_front_equals_its_three_ops) {
+    rng r(306);
+    struct fc {
+        int64_t n, ne, k, nt;
+    };
+    const fc cases[] = {{2048, 128, 8, 1}, {2048, 128, 8, 2}, {2048, 128, 8, 4}, {264, 60, 4, 1},
+                        {1000, 256, 2, 1}, {4096, 64, 8, 1}, {2048, 4, 1, 1}};
+    const bool cluster = gpu_be().device().cc >= 90;
+    int n_cases = 0;
+    for (const fc& f : cases)
+        for (dtype wt : {dtype::BF16, dtype::F32}) {
+            const int64_t n = f.n, ne = f.ne, k = f.k, nt = f.nt;
+            const bool renorm = (n + nt) % 2 == 0;
+            std::string vars = "n=" + std::to_string(n) + " ne=" + std::to_string(ne) + " k=" + std::to_string(k) +
+                               " n_tokens=" + std::to_string(nt) + " w=" + dtype_name(wt);
+            linear_weight router = random_linear(r, ne, n, false);
+            for (int64_t i = 0; i < ne * n; ++i)  // N(0, 1/n): logits of order 1, as a trained router's
+                write_elem(router.dense, i, read_elem(router.dense, i) / std::sqrt(double(n)));
+            const linear_weight rg = gpu_be().prepare_linear(router);
+            tensor x = random_tensor(r, dtype::BF16, {nt, n}), res0 = random_tensor(r, dtype::BF16, {nt, n}, 4.0);
+            tensor nw = random_tensor(r, wt, {n});
+            std::vector<std::vector<uint8_t>> got[2];
+            for (int fused = 0; fused < 2; ++fused) {
+                backend& be = gpu_be();
+                tensor res = to_gpu(res0), xd = to_gpu(x), nwd = to_gpu(nw), h = be.alloc(dtype::BF16, {nt, n});
+                tensor lg = be.alloc(dtype::BF16, {nt, ne});
+                tensor ids = be.alloc(dtype::I32, {nt, k}), w = be.alloc(dtype::F32, {nt, k});
+                tensor cc = be.alloc(dtype::I32, {ne}), co = be.alloc(dtype::I32, {ne + 1});
+                tensor cs = be.alloc(dtype::I32, {nt * k}), cd = be.alloc(dtype::I32, {nt, k});
+                if (fused) {
+                    moe_route_front fr{res, xd, nwd, h, 1e-5f, &rg};
+                    reset_op_profile();
+                    set_op_profiling(true);
+                    moe_route_permute(be, lg, renorm, ids, w, cc, co, cs, cd, &fr);
+                    set_op_profiling(false);
+                    int front_kernel = 0;
+                    for (const op_profile_entry& e : op_profile())
+                        front_kernel += e.kernel.rfind("moe_route_front_sm90", 0) == 0;
+                    EXPECT_EQ(front_kernel, cluster && nt == 1 ? 1 : 0) << vars << ": which kernel ran";
+                } else {
+                    be.add_rms_norm(res, xd, nwd, 1e-5f, h);
+                    be.matmul(h, rg, lg);
+                    moe_route_permute(be, lg, renorm, ids, w, cc, co, cs, cd);
+                }
+                for (const tensor* t : {&res, &h, &lg, &ids, &w, &cc, &co, &cs, &cd})
+                    got[fused].push_back(bytes_of(to_host(*t)));
+            }
+            const char* names[] = {"residual", "h", "logits", "ids", "weights", "counts", "offsets", "sorted", "dest"};
+            for (size_t i = 0; i < 9; ++i) EXPECT_EQ(got[1][i], got[0][i]) << vars << ": " << names[i];
+            // against the CPU
+            tensor res_c = tensor::alloc(dtype::BF16, {nt, n}), h_c = tensor::alloc(dtype::BF16, {nt, n});
+            std::memcpy(res_c.data, res0.data, res0.nbytes());
+            cpu_be().add_rms_norm(res_c, x, nw, 1e-5f, h_c);
+            EXPECT_EQ(got[1][0], bytes_of(res_c)) << vars << ": residual vs the CPU";
+            EXPECT_NE(got[1][0], bytes_of(res0)) << vars << ": the residual was not updated";
+            tensor h_g = tensor::alloc(dtype::BF16, {nt, n});
+            std::memcpy(h_g.data, got[1][1].data(), h_g.nbytes());
+            EXPECT_EQ(compare(to_double(h_g), to_double(h_c), 1e-5), "") << vars << ": h vs the CPU";
+            tensor lg_g = tensor::alloc(dtype::BF16, {nt, ne});
+            std::memcpy(lg_g.data, got[1][2].data(), lg_g.nbytes());
+            tensor ids_c = tensor::alloc(dtype::I32, {nt, k}), w_c = tensor::alloc(dtype::F32, {nt, k});
+            tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
+            tensor cs = tensor::alloc(dtype::I32, {nt * k}), cd = tensor::alloc(dtype::I32, {nt, k});
+            moe_route_permute(cpu_be(), lg_g, renorm, ids_c, w_c, cc, co, cs, cd);
+            const tensor* cpu_out[] = {&ids_c, &w_c, &cc, &co, &cs, &cd};
+            for (size_t i = 0; i < 6; ++i)
+                EXPECT_EQ(got[1][3 + i], bytes_of(*cpu_out[i])) << vars << ": " << names[3 + i] << " vs the CPU's route";
+            ++n_cases;
+        }
+    EXPECT_EQ(n_cases, 14);
+}
+
 namespace {
 
 // The routed MoE FFN on the GPU (route + permute → gather → gate/up → silu·up → down → combine) for
