@@ -541,6 +541,23 @@ void case_builder::quantize_case(const linear_weight& lw, const std::string& mod
 
 // ---- MoE (models with n_expert > 0): the four MoE ops on the first MoE layer's shapes ------------
 
+// moe_route_permute's args on `be` for logits [n_tokens, n_expert] (the outputs allocated there).
+moe_route_permute_args route_permute_args_on(backend& be, const tensor& logits, int64_t k, bool norm) {
+    const int64_t nt = logits.dim(0), ne = logits.dim(1);
+    moe_route_permute_args g;
+    moe_route_args& q = g.route;
+    q.act = logits.type, q.logits = logits;
+    q.topk_ids = be.alloc(dtype::I32, {nt, k}), q.topk_weights = be.alloc(dtype::F32, {nt, k});
+    q.n_tokens = nt, q.n_expert = ne, q.k = k, q.norm_topk_prob = norm;
+    moe_permute_args& u = g.permute;
+    u.act = dtype::I32, u.topk_ids = q.topk_ids;
+    u.expert_counts = be.alloc(dtype::I32, {ne}), u.expert_offsets = be.alloc(dtype::I32, {ne + 1});
+    u.sorted_tokens = be.alloc(dtype::I32, {nt * k}), u.dest_rows = be.alloc(dtype::I32, {nt, k});
+    u.n_tokens = nt, u.n_expert = ne, u.k = k;
+    g.act = logits.type;
+    return g;
+}
+
 // Token t's k distinct experts: a deterministic scramble (t·5 + s·3 + s²) mod n_expert, skipping
 // repeats. ids: [n_tokens·k]
 std::vector<int32_t> moe_test_ids(int64_t n_tokens, int64_t k, int64_t ne) {
@@ -598,17 +615,9 @@ void case_builder::moe_cases() {
     rp.what = strfmt("moe_route_permute logits[%lld, %lld] %s (|x| ≤ 4), k %lld%s", (long long)nt, (long long)ne,
                      dtype_name(a), (long long)k, norm ? ", renormalized" : "");
     rp.run = [=](backend& be, int, const launch_fn& launch) {
-        moe_route_permute_args g;
+        moe_route_permute_args g = route_permute_args_on(be, be.upload(host_random(a, {nt, ne}, 96, 4.0f)), k, norm);
         moe_route_args& q = g.route;
-        q.act = a, q.logits = be.upload(host_random(a, {nt, ne}, 96, 4.0f));
-        q.topk_ids = be.alloc(dtype::I32, {nt, k}), q.topk_weights = be.alloc(dtype::F32, {nt, k});
-        q.n_tokens = nt, q.n_expert = ne, q.k = k, q.norm_topk_prob = norm;
         moe_permute_args& u = g.permute;
-        u.act = dtype::I32, u.topk_ids = q.topk_ids;
-        u.expert_counts = be.alloc(dtype::I32, {ne}), u.expert_offsets = be.alloc(dtype::I32, {ne + 1});
-        u.sorted_tokens = be.alloc(dtype::I32, {nt * k}), u.dest_rows = be.alloc(dtype::I32, {nt, k});
-        u.n_tokens = nt, u.n_expert = ne, u.k = k;
-        g.act = a;
         g.align = q.align = u.align = ptr_align({&q.logits, &q.topk_ids, &q.topk_weights, &u.expert_counts,
                                                  &u.expert_offsets, &u.sorted_tokens, &u.dest_rows});
         return launch_read(be, launch, g, {&q.topk_ids, &q.topk_weights, &u.expert_counts, &u.expert_offsets,
@@ -671,22 +680,14 @@ void case_builder::moe_front_case(int il) {
                 else host.dense.ptr<uint16_t>()[i] = a == dtype::BF16 ? f32_to_bf16(vals[j]) : f32_to_f16(vals[j]);
             }
         const linear_weight rw = be.prepare_linear(host);
-        moe_route_permute_args g;
+        moe_route_permute_args g = route_permute_args_on(be, be.alloc(a, {nt, ne}), k, norm);
         moe_route_args& q = g.route;
-        q.act = a, q.logits = be.alloc(a, {nt, ne});
-        q.topk_ids = be.alloc(dtype::I32, {nt, k}), q.topk_weights = be.alloc(dtype::F32, {nt, k});
-        q.n_tokens = nt, q.n_expert = ne, q.k = k, q.norm_topk_prob = norm;
         moe_permute_args& u = g.permute;
-        u.act = dtype::I32, u.topk_ids = q.topk_ids;
-        u.expert_counts = be.alloc(dtype::I32, {ne}), u.expert_offsets = be.alloc(dtype::I32, {ne + 1});
-        u.sorted_tokens = be.alloc(dtype::I32, {nt * k}), u.dest_rows = be.alloc(dtype::I32, {nt, k});
-        u.n_tokens = nt, u.n_expert = ne, u.k = k;
         moe_route_front& fr = g.front;
         fr.x = be.upload(host_exact(a, {nt, n}, [&](int64_t i) { return eighths(i, 37, 11); }));
         fr.residual = be.upload(host_exact(a, {nt, n}, [&](int64_t i) { return eighths(i, 53, 5); }));
         fr.w = be.upload(host_exact(a, {n}, [](int64_t i) { return i % 3 == 0 ? 0.5f : i % 3 == 1 ? 1.0f : 2.0f; }));
         fr.h = be.alloc(a, {nt, n}), fr.eps = eps, fr.router = &rw, fr.mode = matmul_mode::DENSE;
-        g.act = a;
         g.align = q.align = u.align = ptr_align({&q.logits, &q.topk_ids, &q.topk_weights, &u.expert_counts,
                                                  &u.expert_offsets, &u.sorted_tokens, &u.dest_rows, &fr.x,
                                                  &fr.residual, &fr.h, &rw.dense});

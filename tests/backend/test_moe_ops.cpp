@@ -46,6 +46,12 @@ route_ref_t route_ref(const std::vector<double>& logits, int64_t n_tokens, int64
     return r;
 }
 
+// A tensor's bytes (bit-for-bit comparisons).
+std::vector<uint8_t> bytes_of(const tensor& t) {
+    const uint8_t* p = static_cast<const uint8_t*>(t.data);
+    return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
 std::vector<int32_t> to_i32(const tensor& t) {
     std::vector<int32_t> v(size_t(t.numel()));
     std::memcpy(v.data(), t.data, v.size() * 4);
@@ -288,10 +294,6 @@ TEST(moe_ops, route_permute) {
 // shape are errors that name them.
 TEST(moe_ops, route_permute_with_front) {
     rng r(107);
-    auto bytes = [](const tensor& t) {
-        const uint8_t* p = static_cast<const uint8_t*>(t.data);
-        return std::vector<uint8_t>(p, p + t.nbytes());
-    };
     for (dtype at : {dtype::F32, dtype::BF16}) {
         const int64_t nt = 3, n = 48, ne = 16, k = 4;
         linear_weight router;
@@ -324,11 +326,11 @@ TEST(moe_ops, route_permute_with_front) {
                 cpu_be().matmul(h, router, logits);
                 moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd);
             }
-            for (const tensor* t : {&res, &h, &logits, &ids, &w, &cc, &co, &cs, &cd}) got[fused].push_back(bytes(*t));
+            for (const tensor* t : {&res, &h, &logits, &ids, &w, &cc, &co, &cs, &cd}) got[fused].push_back(bytes_of(*t));
         }
         ASSERT_EQ(got[0].size(), got[1].size());
         for (size_t i = 0; i < got[0].size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << dn(at) << ": output " << i;
-        EXPECT_NE(got[1][0], bytes(res0)) << dn(at) << ": the residual was not updated";
+        EXPECT_NE(got[1][0], bytes_of(res0)) << dn(at) << ": the residual was not updated";
     }
 }
 
@@ -501,10 +503,6 @@ TEST(moe_ops, combine) {
 // and h equal moe_combine then add_rms_norm bit for bit; h overlapping out is refused.
 TEST(moe_ops, combine_with_folded_norm) {
     rng r(106);
-    auto bytes = [](const tensor& t) {
-        const uint8_t* p = static_cast<const uint8_t*>(t.data);
-        return std::vector<uint8_t>(p, p + t.nbytes());
-    };
     for (dtype at : {dtype::F32, dtype::BF16}) {
         const int64_t k = 4, nt = 3, n = 40, n_rows = nt * k;
         std::vector<int32_t> dest;
@@ -519,10 +517,10 @@ TEST(moe_ops, combine_with_folded_norm) {
         moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_a, tensor(), tensor(), &nm);
         moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_b);
         cpu_be().add_rms_norm(res_b, out_b, nw, 1e-5f, h_b);
-        EXPECT_EQ(bytes(out_a), bytes(out_b)) << dn(at);
-        EXPECT_EQ(bytes(res_a), bytes(res_b)) << dn(at);
-        EXPECT_EQ(bytes(h_a), bytes(h_b)) << dn(at);
-        EXPECT_NE(bytes(res_a), bytes(res0)) << dn(at) << ": the residual was not updated";
+        EXPECT_EQ(bytes_of(out_a), bytes_of(out_b)) << dn(at);
+        EXPECT_EQ(bytes_of(res_a), bytes_of(res_b)) << dn(at);
+        EXPECT_EQ(bytes_of(h_a), bytes_of(h_b)) << dn(at);
+        EXPECT_NE(bytes_of(res_a), bytes_of(res0)) << dn(at) << ": the residual was not updated";
         moe_combine_norm bad{res_a, nw, out_a, 1e-5f};
         EXPECT_NE(error_of([&] { moe_combine(cpu_be(), y, i32_2d(dest, nt, k), w, out_a, tensor(), tensor(), &bad); })
                       .find("must not overlap"),
@@ -567,9 +565,7 @@ struct moe_block {
         be.matmul(x, sh_gate, sg), be.matmul(x, sh_up, su), be.silu_mul(sg, su, sg), be.matmul(sg, sh_down, sy);
         be.matmul(x, sh_expert_gate, sgl);
         moe_combine(be, ys, dest, w, out, sy, sgl);
-        std::vector<uint8_t> bytes(out.nbytes());
-        std::memcpy(bytes.data(), out.data, bytes.size());
-        return bytes;
+        return bytes_of(out);
     }
 };
 

@@ -110,16 +110,9 @@ void dvc_launch(backend& be, const attention_args& a, dv2_params p) {
     const int n_sub = k_dv2_threads / p.lanes_per_key;
     const size_t smem = (dv2_merge_smem_floats(n_sub, HG, p.head_dim) + size_t(HG) * (p.head_dim + 2)) * sizeof(float);
     TETRA_ASSERT(smem <= 48 * 1024);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs));
-    cfg.blockDim = dim3(k_dv2_threads), cfg.dynamicSmemBytes = smem, cfg.stream = stream_of(be);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(p.n_splits), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // the pdl_wait() rule: cuda_device.cuh
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr, cfg.numAttrs = pdl_enabled(be) ? 2 : 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_decode_cluster_kernel<T, HG>, p));
+    launch_cluster_pdl(be, attention_decode_cluster_kernel<T, HG>,
+                       dim3(unsigned(p.n_splits), unsigned(p.n_head_kv * p.head_splits), unsigned(a.meta.n_seqs)),
+                       dim3(k_dv2_threads), smem, unsigned(p.n_splits), p);
 }
 
 void attention_decode_cluster_launch(backend& be, const attention_args& a) {

@@ -178,6 +178,22 @@ void launch_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, si
     launch_on(kernel, grid, block, smem, stream_of(be), pdl_enabled(be), std::forward<Args>(args)...);
 }
 
+// launch_pdl() of a kernel in thread block clusters of cluster_x CTAs along x (sm_90+; the grid's x a
+// multiple of cluster_x; above 8 the caller sets cudaFuncAttributeNonPortableClusterSizeAllowed).
+template <class... KArgs, class... Args>
+void launch_cluster_pdl(backend& be, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                        Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream_of(be);
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // the pdl_wait() rule above
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = pdl_enabled(be) ? 2 : 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 // ---- exp for d <= 0 (backend/sampling.h sampler_exp, step by step: the host's bit tricks are
 // selects, the result is the same bits). Used by sample_rows and moe_route, whose CPU oracles call
 // sampler_exp, so exp is tetra's own arithmetic on both sides rather than a libm's.

@@ -272,16 +272,8 @@ void launch_epl(backend& be, const moe_route_permute_args& a, const front_plan& 
     p.n = int(f.residual.dim(1)), p.ne = int(r.n_expert), p.k = int(r.k);
     p.per = pl.per, p.words = pl.words, p.renorm = r.norm_topk_prob;
     if (pl.ncl > 8) CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(pl.ncl)), cfg.blockDim = dim3(unsigned(pl.threads)), cfg.dynamicSmemBytes = pl.smem.total;
-    cfg.stream = stream_of(be);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(pl.ncl), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // the pdl_wait() rule: cuda_device.cuh
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr, cfg.numAttrs = pdl_enabled(be) ? 2 : 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, pl.smem));
+    launch_cluster_pdl(be, kern, dim3(unsigned(pl.ncl)), dim3(unsigned(pl.threads)), pl.smem.total, unsigned(pl.ncl), p,
+                       pl.smem);
 }
 
 void moe_route_front_launch(backend& be, const moe_route_permute_args& a) {
