@@ -302,7 +302,8 @@ TEST(moe_ops, route_permute_with_front) {
         tensor nw = random_tensor(r, dtype::BF16, {n});
         std::vector<std::vector<uint8_t>> got[2];
         for (int fused = 0; fused < 2; ++fused) {
-            tensor res = tensor::alloc(at, {nt, n}), h = tensor::alloc(at, {nt, n}), logits = tensor::alloc(at, {nt, ne});
+            tensor res = tensor::alloc(at, {nt, n}), h = tensor::alloc(at, {nt, n});
+            tensor logits = tensor::alloc(at, {nt, ne});
             std::memcpy(res.data, res0.data, res0.nbytes());
             tensor ids = tensor::alloc(dtype::I32, {nt, k}), w = tensor::alloc(dtype::F32, {nt, k});
             tensor cc = tensor::alloc(dtype::I32, {ne}), co = tensor::alloc(dtype::I32, {ne + 1});
@@ -326,7 +327,8 @@ TEST(moe_ops, route_permute_with_front) {
                 cpu_be().matmul(h, router, logits);
                 moe_route_permute(cpu_be(), logits, true, ids, w, cc, co, cs, cd);
             }
-            for (const tensor* t : {&res, &h, &logits, &ids, &w, &cc, &co, &cs, &cd}) got[fused].push_back(bytes_of(*t));
+            for (const tensor* t : {&res, &h, &logits, &ids, &w, &cc, &co, &cs, &cd})
+                got[fused].push_back(bytes_of(*t));
         }
         ASSERT_EQ(got[0].size(), got[1].size());
         for (size_t i = 0; i < got[0].size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << dn(at) << ": output " << i;

@@ -233,16 +233,17 @@ front_plan plan_of(const moe_route_permute_args& a) {
     if (reinterpret_cast<uintptr_t>(w.dense.data) % 16 != 0)
         return pl.why = "the router weight is not 16-byte aligned", pl;
     if (nt != 1 || k > 32)
-        return pl.why = strfmt("%lld tokens × top %lld: needs one token and k <= 32 (at 2 and 4 tokens of Qwen3-30B-A3B "
-                               "the three kernels were as fast: docs/perf.md, session 30)", (long long)nt, (long long)k), pl;
+        return pl.why = strfmt("%lld tokens × top %lld: needs one token and k <= 32 (at 2 and 4 tokens of "
+                               "Qwen3-30B-A3B the three kernels were as fast: docs/perf.md, session 30)",
+                               (long long)nt, (long long)k), pl;
     pl.threads = int((n / 8 + 31) / 32 * 32);
     if (ne > route::PERM_EXPERTS)
         return pl.why = strfmt("%lld experts (at most %d)", (long long)ne, route::PERM_EXPERTS), pl;
     pl.epl = ne <= 32 ? 1 : ne <= 64 ? 2 : ne <= 128 ? 4 : 8;
     pl.words = route::route_words(int(ne), int(k), pl.epl);
     pl.ncl = K_CL_MAX;
-    if (!cluster_fits(pl.epl, pl.threads, smem_of(int(n), int(ne), int(k), int((ne + K_CL_MAX - 1) / K_CL_MAX), pl.words).total))
-        pl.ncl = K_CL;
+    const size_t smem_max = smem_of(int(n), int(ne), int(k), int((ne + K_CL_MAX - 1) / K_CL_MAX), pl.words).total;
+    if (!cluster_fits(pl.epl, pl.threads, smem_max)) pl.ncl = K_CL;
     pl.per = int((ne + pl.ncl - 1) / pl.ncl);
     pl.smem = smem_of(int(n), int(ne), int(k), pl.per, pl.words);
     const int64_t cap = smem_optin_here() - K_STATIC_MAX;

@@ -722,7 +722,8 @@ TEST(moe_ops_gpu, route_permute_front_equals_its_three_ops) {
             moe_route_permute(cpu_be(), lg_g, renorm, ids_c, w_c, cc, co, cs, cd);
             const tensor* cpu_out[] = {&ids_c, &w_c, &cc, &co, &cs, &cd};
             for (size_t i = 0; i < 6; ++i)
-                EXPECT_EQ(got[1][3 + i], bytes_of(*cpu_out[i])) << vars << ": " << names[3 + i] << " vs the CPU's route";
+                EXPECT_EQ(got[1][3 + i], bytes_of(*cpu_out[i])) << vars << ": " << names[3 + i]
+                                                               << " vs the CPU's route";
             ++n_cases;
         }
     EXPECT_EQ(n_cases, 14);
