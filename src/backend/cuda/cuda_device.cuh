@@ -125,6 +125,14 @@ __device__ __forceinline__ uint64_t weight_policy() {
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     return pol;
 }
+// A 16-byte weight copy global → shared (cp.async, sm_80+) with weight_policy(): the bf16 GEMV's
+// weight tile and moe_route_front_sm90's router slice.
+__device__ __forceinline__ void cp_async16_weight(void* smem, const void* gmem) {
+    const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem),
+                 "l"(weight_policy())
+                 : "memory");
+}
 
 // ---- programmatic dependent launch (sm_90+) ------------------------------------------------------
 // A kernel launched with launch_pdl() may start while the previous kernel on the stream is still

@@ -24,14 +24,6 @@ constexpr int64_t TILE_BYTES_MAX = 48 << 10; // C·k·2 bytes of shared memory (
 constexpr int64_t GEMV_N_MAX = 512, GEMV_K_MAX = 16384, GEMV_NK_MAX = int64_t(1) << 22;
 constexpr int64_t GEMV_VOCAB_N_MIN = 16384, GEMV_VOCAB_M_MAX = 2;
 
-// The weight tile, with weight_policy() (cuda_device.cuh: L2 evict_first, read once per step).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem),
-                 "l"(weight_policy())
-                 : "memory");
-}
-
 // x: bf16 [m, k]; w: bf16 [n, k]; out: bf16 [m, n]; k % 8 == 0, 16-byte aligned x and w. grid
 // (ceil(n / C), row blocks, grid-strided); blockDim = 32 · warps. Dynamic shared memory C·k·2 bytes:
 // rows [C·blockIdx.x, +C) of w (zeros past n). Warp w takes row groups of R rows; per row group and
@@ -44,8 +36,10 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) dense_gemv_kernel(const __n
     extern __shared__ uint4 tile[];  // [C][k / 8]
     const int kv = k >> 3, col0 = blockIdx.x * C, cols = min(C, n - col0);
     const uint4* src = reinterpret_cast<const uint4*>(w) + size_t(col0) * size_t(kv);
-    for (int i = threadIdx.x; i < C * kv; i += blockDim.x) {  // the weight tile: independent of the
-        if (i < cols * kv) cp_async16(tile + i, src + i);     // previous kernel, so before pdl_wait()
+    // The weight tile (L2 evict_first: read once per step): independent of the previous kernel, so
+    // before pdl_wait().
+    for (int i = threadIdx.x; i < C * kv; i += blockDim.x) {
+        if (i < cols * kv) cp_async16_weight(tile + i, src + i);
         else tile[i] = make_uint4(0, 0, 0, 0);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -75,13 +75,6 @@ front_smem smem_of(int n, int ne, int k, int per, int words) {
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // the kernel's body is sm_90+ code
-__device__ __forceinline__ void cp_async16_weight(void* smem, const void* gmem) {
-    const uint32_t sa = uint32_t(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem),
-                 "l"(weight_policy())
-                 : "memory");
-}
-
 // One logit: h (shared) · router row `col` of the slice (shared), dense_gemv_kernel's order.
 __device__ __forceinline__ float logit_of(const uint4* hs, const uint4* wrow, int n) {
     const int lane = threadIdx.x & 31, segs = n >> 8, tail = n & 255;
