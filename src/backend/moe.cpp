@@ -51,6 +51,16 @@ void check_expert(const backend& b, const linear_weight& w, size_t e, const line
                     op, e, int(w.has_input_scale), double(w.input_global_quant));
 }
 
+// The operands of an add_rms_norm folded into an op (moe_combine_norm, moe_route_front): residual and
+// h [n_tokens, n] of dtype act on be, the norm weight w [n] of an activation dtype.
+void check_folded_norm(const backend& be, const char* op, const tensor& residual, const tensor& w, const tensor& h,
+                       dtype act, int64_t n_tokens, int64_t n) {
+    check_on(be, residual, op, "residual"), check_on(be, w, op, "norm w"), check_on(be, h, op, "h");
+    check_dtype(residual, act, op, "residual"), check_dtype(h, act, op, "h"), check_act(w, op, "norm w");
+    check_shape(residual, {n_tokens, n}, op, "residual"), check_shape(h, {n_tokens, n}, op, "h");
+    check_shape(w, {n}, op, "norm w");
+}
+
 moe_route_args route_args(backend& be, const tensor& logits, bool norm_topk_prob, const tensor& topk_ids,
                           const tensor& topk_weights) {
     const char* op = "moe_route";
@@ -126,14 +136,10 @@ void moe_route_permute(backend& be, const tensor& logits, bool norm_topk_prob, c
     TETRA_CHECK(f.router, "%s: the front has no router weight", op);
     const linear_weight& r = *f.router;
     const int64_t n_tokens = a.route.n_tokens, n_expert = a.route.n_expert;
-    check_on(be, f.residual, op, "residual"), check_on(be, f.x, op, "x"), check_on(be, f.w, op, "norm w");
-    check_on(be, f.h, op, "h");
-    check_dtype(f.residual, logits.type, op, "residual"), check_dtype(f.x, logits.type, op, "x");
-    check_dtype(f.h, logits.type, op, "h"), check_act(f.w, op, "norm w");
-    check_rank(f.residual, 2, op, "residual");
+    check_on(be, f.residual, op, "residual"), check_rank(f.residual, 2, op, "residual");
     const int64_t n = f.residual.dim(1);
-    check_shape(f.residual, {n_tokens, n}, op, "residual"), check_shape(f.x, {n_tokens, n}, op, "x");
-    check_shape(f.h, {n_tokens, n}, op, "h"), check_shape(f.w, {n}, op, "norm w");
+    check_folded_norm(be, op, f.residual, f.w, f.h, logits.type, n_tokens, n);
+    check_on(be, f.x, op, "x"), check_dtype(f.x, logits.type, op, "x"), check_shape(f.x, {n_tokens, n}, op, "x");
     TETRA_CHECK(r.n_out == n_expert && r.n_in == n,
                 "%s: the router weight is [%lld, %lld]; expected [n_expert, n_embd] = [%lld, %lld]", op,
                 (long long)r.n_out, (long long)r.n_in, (long long)n_expert, (long long)n);
@@ -242,11 +248,7 @@ void moe_combine(backend& be, const tensor& y, const tensor& dest_rows, const te
     a.shared = shared, a.shared_gate = shared_gate, a.n_tokens = n_tokens, a.k = k, a.n = n;
     if (norm) {
         const moe_combine_norm& nm = *norm;
-        check_on(be, nm.residual, op, "residual"), check_on(be, nm.w, op, "norm w"), check_on(be, nm.h, op, "h");
-        check_dtype(nm.residual, y.type, op, "residual"), check_dtype(nm.h, y.type, op, "h");
-        check_act(nm.w, op, "norm w");
-        check_shape(nm.residual, {n_tokens, n}, op, "residual"), check_shape(nm.h, {n_tokens, n}, op, "h");
-        check_shape(nm.w, {n}, op, "norm w");
+        check_folded_norm(be, op, nm.residual, nm.w, nm.h, y.type, n_tokens, n);
         bool apart = disjoint(nm.h, out) && disjoint(nm.h, nm.residual) && disjoint(nm.residual, out);
         for (const tensor* t : {&y, &shared, &shared_gate})
             apart = apart && disjoint(nm.h, *t) && disjoint(nm.residual, *t);
