@@ -35,7 +35,8 @@ tensor host_i32(std::vector<int32_t> v, std::vector<int64_t> shape) {
     return h;
 }
 
-// A host tensor of dtype t (f32|bf16|f16) with element i = f(i); f's values must be exact in t.
+// A host tensor of dtype t (f32|bf16|f16) with element i = f(i), called for i = 0, 1, … in order;
+// the values are rounded to t (exact inputs: f's values exact in t).
 template <class F> tensor host_exact(dtype t, std::vector<int64_t> shape, F f) {
     tensor h = tensor::alloc(t, std::move(shape));
     for (int64_t i = 0; i < h.numel(); ++i) {
@@ -671,14 +672,14 @@ void case_builder::moe_front_case(int il) {
         auto eighths = [](int64_t i, int64_t mul, int64_t add) { return float((i * mul + add) % 33 - 16) / 8.0f; };
         linear_weight host;
         host.n_out = ne, host.n_in = n;
-        host.dense = host_exact(a, {ne, n}, [](int64_t) { return 0.0f; });
-        const float vals[4] = {1.0f, -1.0f, 0.5f, -0.5f};
-        for (int64_t e = 0; e < ne; ++e)
-            for (int64_t j = 0; j < 4; ++j) {
-                const int64_t i = e * n + (e * 7 + j * 131 + j * j * 17) % n;
-                if (a == dtype::F32) host.dense.ptr<float>()[i] = vals[j];
-                else host.dense.ptr<uint16_t>()[i] = a == dtype::BF16 ? f32_to_bf16(vals[j]) : f32_to_f16(vals[j]);
-            }
+        host.dense = host_exact(a, {ne, n}, [&](int64_t i) {  // row e: vals[j] at column (7e + 131j + 17j²) mod n
+            const float vals[4] = {1.0f, -1.0f, 0.5f, -0.5f};
+            const int64_t e = i / n, col = i % n;
+            float v = 0.0f;
+            for (int64_t j = 0; j < 4; ++j)
+                if ((e * 7 + j * 131 + j * j * 17) % n == col) v = vals[j];  // a later entry wins a shared column
+            return v;
+        });
         const linear_weight rw = be.prepare_linear(host);
         moe_route_permute_args g = route_permute_args_on(be, be.alloc(a, {nt, ne}), k, norm);
         moe_route_args& q = g.route;
@@ -837,15 +838,8 @@ void case_builder::moe_matmul_case(const std::string& proj, int il) {
 }  // namespace
 
 tensor host_random(dtype t, std::vector<int64_t> shape, uint64_t seed, float scale) {
-    tensor h = tensor::alloc(t, std::move(shape));
     rng r(seed);
-    for (int64_t i = 0; i < h.numel(); ++i) {
-        float v = scale * r.uniform();
-        if (t == dtype::F32) h.ptr<float>()[i] = v;
-        else if (t == dtype::BF16) h.ptr<uint16_t>()[i] = f32_to_bf16(v);
-        else h.ptr<uint16_t>()[i] = f32_to_f16(v);
-    }
-    return h;
+    return host_exact(t, std::move(shape), [&](int64_t) { return scale * r.uniform(); });  // elements in order
 }
 
 // matmul_silu on the first dense layer's stacked [gate; up] weight, as the forward runs it when
